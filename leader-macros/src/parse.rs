@@ -1,0 +1,693 @@
+//! The attribute's arguments and the function it gates, parsed and validated.
+//!
+//! Every mistake becomes a `syn::Error` spanned at the offending token; all of
+//! them are combined into one report so a user fixes them in one pass.
+
+use proc_macro2::{Span, TokenStream, TokenTree};
+use quote::ToTokens;
+use syn::meta::ParseNestedMeta;
+use syn::parse::Parser;
+use syn::{
+    token, Expr, ExprLit, Item, ItemFn, Lit, LitStr, Path, ReturnType, Token, TraitItemFn, Type,
+};
+
+/// The group of `#[leader_only]` without a `group` argument.
+const DEFAULT_GROUP: &str = "default";
+
+/// The longest group name the runtime accepts, in bytes.
+const GROUP_MAX_LEN: usize = 128;
+
+/// The valid arguments, as listed in error messages.
+const VALID_ARGS: &str = "`group = \"...\"`, `cancel_on_loss` or `crate = \"...\"`";
+
+/// A valid `#[leader_only(...)]` on a function it can gate.
+pub(crate) struct Input {
+    pub(crate) args: Args,
+    pub(crate) func: ItemFn,
+}
+
+/// The attribute's arguments.
+pub(crate) struct Args {
+    /// The lease group, validated; `"default"` when not given.
+    pub(crate) group: LitStr,
+    /// Stop the body and return `None` when leadership ends mid-run (async only).
+    pub(crate) cancel_on_loss: bool,
+    /// The path of the runtime crate; `::leader_runtime` when not given.
+    pub(crate) krate: Path,
+}
+
+/// Parse and validate the attribute's arguments and the item it is on.
+///
+/// On error, every mistake found is in the one returned error.
+pub(crate) fn parse(args: TokenStream, item: TokenStream) -> syn::Result<Input> {
+    let mut errors = Errors::default();
+    let args = parse_args(args, &mut errors);
+    let func = parse_fn(item, &mut errors);
+    if let (Some(func), Some(key)) = (&func, &args.cancel_on_loss) {
+        if func.sig.asyncness.is_none() {
+            errors.push(syn::Error::new_spanned(
+                key,
+                "`cancel_on_loss` needs an `async fn`: a sync body can't be stopped mid-run",
+            ));
+        }
+    }
+    errors.finish()?;
+    // `parse_fn` reports an error whenever it returns `None`.
+    let func = func
+        .ok_or_else(|| syn::Error::new(Span::call_site(), "`#[leader_only]` goes on a function"))?;
+    Ok(Input {
+        args: Args {
+            group: args
+                .group
+                .unwrap_or_else(|| LitStr::new(DEFAULT_GROUP, Span::call_site())),
+            cancel_on_loss: args.cancel_on_loss.is_some(),
+            krate: args
+                .krate
+                .unwrap_or_else(|| syn::parse_quote!(::leader_runtime)),
+        },
+        func,
+    })
+}
+
+/// Several errors, reported together.
+#[derive(Default)]
+struct Errors(Option<syn::Error>);
+
+impl Errors {
+    fn push(&mut self, error: syn::Error) {
+        match &mut self.0 {
+            Some(all) => all.combine(error),
+            None => self.0 = Some(error),
+        }
+    }
+
+    fn finish(self) -> syn::Result<()> {
+        self.0.map_or(Ok(()), Err)
+    }
+}
+
+/// Arguments as written; `None` where absent or invalid (the error is reported).
+#[derive(Default)]
+struct RawArgs {
+    group: Option<LitStr>,
+    /// The `cancel_on_loss` key, kept for its span.
+    cancel_on_loss: Option<Path>,
+    krate: Option<Path>,
+}
+
+fn parse_args(tokens: TokenStream, errors: &mut Errors) -> RawArgs {
+    let mut args = RawArgs::default();
+    if let Ok(lit) = syn::parse2::<LitStr>(tokens.clone()) {
+        errors.push(syn::Error::new_spanned(
+            &lit,
+            format!(
+                "the group is a named argument: `group = {}`",
+                lit.to_token_stream()
+            ),
+        ));
+        return args;
+    }
+    let mut seen: Vec<&'static str> = Vec::new();
+    let parser = syn::meta::parser(|meta| {
+        let key = ["group", "cancel_on_loss", "crate"]
+            .into_iter()
+            .find(|key| meta.path.is_ident(key));
+        let value = take_value(&meta)?;
+        let Some(key) = key else {
+            errors.push(syn::Error::new_spanned(
+                &meta.path,
+                format!(
+                    "unknown argument `{}`; expected {VALID_ARGS}",
+                    path_to_string(&meta.path)
+                ),
+            ));
+            return Ok(());
+        };
+        if seen.contains(&key) {
+            errors.push(syn::Error::new_spanned(
+                &meta.path,
+                format!("duplicate argument `{key}`"),
+            ));
+            return Ok(());
+        }
+        seen.push(key);
+        match key {
+            "group" => match string_value(
+                &meta,
+                value,
+                "`group` takes a string literal: `group = \"cleanup\"`",
+            ) {
+                Ok(lit) => match validate_group(&lit) {
+                    Ok(()) => args.group = Some(lit),
+                    Err(error) => errors.push(error),
+                },
+                Err(error) => errors.push(error),
+            },
+            "cancel_on_loss" => match value {
+                Some(value) => errors.push(syn::Error::new_spanned(
+                    value,
+                    "`cancel_on_loss` takes no value: write `cancel_on_loss`",
+                )),
+                None => args.cancel_on_loss = Some(meta.path.clone()),
+            },
+            _ => match string_value(
+                &meta,
+                value,
+                "`crate` takes a path in a string: `crate = \"::leader_runtime\"`",
+            )
+            .and_then(|lit| parse_crate_path(&lit))
+            {
+                Ok(path) => args.krate = Some(path),
+                Err(error) => errors.push(error),
+            },
+        }
+        Ok(())
+    });
+    if let Err(error) = parser.parse2(tokens) {
+        errors.push(error);
+    }
+    args
+}
+
+/// Consume the value after a key: `= expr` (returned), `(...)` or nothing.
+fn take_value(meta: &ParseNestedMeta<'_>) -> syn::Result<Option<Expr>> {
+    if meta.input.peek(Token![=]) {
+        meta.value()?.parse().map(Some)
+    } else {
+        if meta.input.peek(token::Paren) {
+            let _: TokenTree = meta.input.parse()?;
+        }
+        Ok(None)
+    }
+}
+
+/// The string literal of `key = "..."`, or an error saying `expected` at the value (or the key when missing).
+fn string_value(
+    meta: &ParseNestedMeta<'_>,
+    value: Option<Expr>,
+    expected: &str,
+) -> syn::Result<LitStr> {
+    match value {
+        Some(Expr::Lit(ExprLit {
+            lit: Lit::Str(lit), ..
+        })) => Ok(lit),
+        Some(other) => Err(syn::Error::new_spanned(other, expected)),
+        None => Err(syn::Error::new_spanned(&meta.path, expected)),
+    }
+}
+
+fn validate_group(lit: &LitStr) -> syn::Result<()> {
+    let name = lit.value();
+    let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '-');
+    let problem = if name.is_empty() {
+        "group name is empty: write e.g. `group = \"cleanup\"`".to_owned()
+    } else if let Some(c) = name.chars().find(|&c| !allowed(c)) {
+        format!("group name contains {c:?}; use only ASCII letters, digits, `.`, `_`, `:` and `-`")
+    } else if name.len() > GROUP_MAX_LEN {
+        format!(
+            "group name is {} bytes long; the limit is {GROUP_MAX_LEN}",
+            name.len()
+        )
+    } else {
+        return Ok(());
+    };
+    Err(syn::Error::new_spanned(lit, problem))
+}
+
+fn parse_crate_path(lit: &LitStr) -> syn::Result<Path> {
+    let error = || {
+        syn::Error::new_spanned(
+            lit,
+            format!(
+                "`crate` takes the path of the runtime crate, not {}: e.g. `crate = \"::leader_runtime\"`",
+                lit.to_token_stream()
+            ),
+        )
+    };
+    lit.parse_with(Path::parse_mod_style).map_err(|_| error())
+}
+
+fn path_to_string(path: &Path) -> String {
+    let segments: Vec<String> = path.segments.iter().map(|s| s.ident.to_string()).collect();
+    let leading = if path.leading_colon.is_some() {
+        "::"
+    } else {
+        ""
+    };
+    format!("{leading}{}", segments.join("::"))
+}
+
+/// The function the attribute is on, if it is one; its problems go to `errors`.
+fn parse_fn(tokens: TokenStream, errors: &mut Errors) -> Option<ItemFn> {
+    let item = match syn::parse2::<Item>(tokens.clone()) {
+        Ok(Item::Fn(func)) => func,
+        Ok(Item::Verbatim(_)) | Err(_) if syn::parse2::<TraitItemFn>(tokens.clone()).is_ok() => {
+            // A function without a body: a trait method declaration or a foreign fn.
+            let func = syn::parse2::<TraitItemFn>(tokens).ok()?;
+            let at = func.semi_token.map_or_else(
+                || func.sig.ident.to_token_stream(),
+                |semi| semi.to_token_stream(),
+            );
+            errors.push(syn::Error::new_spanned(
+                at,
+                "`#[leader_only]` needs a function with a body: `fn name() { .. }`",
+            ));
+            return None;
+        }
+        Ok(other) => {
+            let (what, at) = describe(&other);
+            errors.push(syn::Error::new_spanned(
+                at,
+                format!("`#[leader_only]` goes on a `fn` or `async fn`, not on {what}"),
+            ));
+            return None;
+        }
+        Err(error) => {
+            errors.push(error);
+            return None;
+        }
+    };
+    let sig = &item.sig;
+    if let Some(constness) = &sig.constness {
+        errors.push(syn::Error::new_spanned(
+            constness,
+            "`#[leader_only]` can't gate a `const fn`: remove `const`",
+        ));
+    }
+    if let Some(abi) = &sig.abi {
+        errors.push(syn::Error::new_spanned(
+            abi,
+            format!(
+                "`#[leader_only]` gates Rust functions only: remove `{}`",
+                abi.to_token_stream()
+            ),
+        ));
+    }
+    if let ReturnType::Type(_, ty) = &sig.output {
+        if let Type::Never(never) = &**ty {
+            errors.push(syn::Error::new_spanned(
+                never,
+                "`#[leader_only]` can't gate a function returning `!`: a gated call returns `None` where it does not lead",
+            ));
+        }
+    }
+    if let Some(again) = item.attrs.iter().find(|attr| {
+        attr.path()
+            .segments
+            .last()
+            .is_some_and(|segment| segment.ident == "leader_only")
+    }) {
+        errors.push(syn::Error::new_spanned(
+            again,
+            "duplicate `#[leader_only]`: a function has one group; keep one attribute",
+        ));
+    }
+    Some(item)
+}
+
+/// What the item is (for "not on a struct") and the tokens to point at.
+fn describe(item: &Item) -> (&'static str, TokenStream) {
+    fn two(a: &dyn ToTokens, b: &dyn ToTokens) -> TokenStream {
+        let mut tokens = a.to_token_stream();
+        b.to_tokens(&mut tokens);
+        tokens
+    }
+    match item {
+        Item::Const(i) => ("a const", two(&i.const_token, &i.ident)),
+        Item::Enum(i) => ("an enum", two(&i.enum_token, &i.ident)),
+        Item::ExternCrate(i) => ("an extern crate", two(&i.extern_token, &i.crate_token)),
+        Item::ForeignMod(i) => ("an extern block", i.abi.to_token_stream()),
+        Item::Impl(i) => ("an impl block", i.impl_token.to_token_stream()),
+        Item::Macro(i) => ("a macro invocation", i.mac.path.to_token_stream()),
+        Item::Mod(i) => ("a module", two(&i.mod_token, &i.ident)),
+        Item::Static(i) => ("a static", two(&i.static_token, &i.ident)),
+        Item::Struct(i) => ("a struct", two(&i.struct_token, &i.ident)),
+        Item::Trait(i) => ("a trait", two(&i.trait_token, &i.ident)),
+        Item::TraitAlias(i) => ("a trait alias", two(&i.trait_token, &i.ident)),
+        Item::Type(i) => ("a type alias", two(&i.type_token, &i.ident)),
+        Item::Union(i) => ("a union", two(&i.union_token, &i.ident)),
+        Item::Use(i) => ("a use declaration", i.use_token.to_token_stream()),
+        other => ("this item", other.to_token_stream()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use quote::quote;
+
+    fn ok(args: TokenStream, item: TokenStream) -> Input {
+        match parse(args, item) {
+            Ok(input) => input,
+            Err(error) => panic!("unexpected error: {error}"),
+        }
+    }
+
+    fn errors(args: TokenStream, item: TokenStream) -> Vec<String> {
+        match parse(args, item) {
+            Ok(_) => panic!("expected an error"),
+            Err(error) => error.into_iter().map(|e| e.to_string()).collect(),
+        }
+    }
+
+    fn error(args: TokenStream, item: TokenStream) -> String {
+        let mut all = errors(args, item);
+        assert_eq!(all.len(), 1, "expected one error: {all:?}");
+        all.remove(0)
+    }
+
+    fn async_fn() -> TokenStream {
+        quote!(
+            async fn tick() {}
+        )
+    }
+
+    fn sync_fn() -> TokenStream {
+        quote!(
+            fn tick() {}
+        )
+    }
+
+    fn krate(input: &Input) -> String {
+        input.args.krate.to_token_stream().to_string()
+    }
+
+    #[test]
+    fn no_arguments_mean_the_default_group() {
+        let input = ok(quote!(), async_fn());
+        assert_eq!(input.args.group.value(), "default");
+        assert!(!input.args.cancel_on_loss);
+        assert_eq!(krate(&input), ":: leader_runtime");
+        assert_eq!(input.func.sig.ident, "tick");
+    }
+
+    #[test]
+    fn all_arguments_in_any_order_with_a_trailing_comma() {
+        let input = ok(
+            quote!(cancel_on_loss, crate = "::my_leader", group = "cleanup",),
+            async_fn(),
+        );
+        assert_eq!(input.args.group.value(), "cleanup");
+        assert!(input.args.cancel_on_loss);
+        assert_eq!(krate(&input), ":: my_leader");
+    }
+
+    #[test]
+    fn group_on_a_sync_fn() {
+        let input = ok(quote!(group = "cleanup"), sync_fn());
+        assert_eq!(input.args.group.value(), "cleanup");
+        assert!(!input.args.cancel_on_loss);
+    }
+
+    #[test]
+    fn group_takes_every_allowed_character_and_raw_strings() {
+        let name = "Az09._:-";
+        let input = ok(quote!(group = #name), sync_fn());
+        assert_eq!(input.args.group.value(), name);
+        let input = ok(quote!(group = r"jobs:reaper"), sync_fn());
+        assert_eq!(input.args.group.value(), "jobs:reaper");
+    }
+
+    #[test]
+    fn group_of_128_bytes_is_accepted() {
+        let name = "g".repeat(128);
+        assert_eq!(
+            ok(quote!(group = #name), sync_fn()).args.group.value(),
+            name
+        );
+    }
+
+    #[test]
+    fn crate_takes_relative_and_crate_paths() {
+        assert_eq!(krate(&ok(quote!(crate = "leader"), sync_fn())), "leader");
+        assert_eq!(
+            krate(&ok(quote!(crate = "crate::deps::leader"), sync_fn())),
+            "crate :: deps :: leader"
+        );
+    }
+
+    #[test]
+    fn methods_and_generics_parse() {
+        let input = ok(
+            quote!(),
+            quote!(
+                pub(crate) async fn run<T: Clone>(&mut self, x: impl Into<T>) -> T
+                where
+                    T: Send,
+                {
+                    x.into()
+                }
+            ),
+        );
+        assert!(input.func.sig.receiver().is_some());
+        assert!(input.func.sig.generics.where_clause.is_some());
+    }
+
+    #[test]
+    fn unknown_argument_lists_the_valid_ones() {
+        assert_eq!(
+            error(quote!(grop = "x"), sync_fn()),
+            "unknown argument `grop`; expected `group = \"...\"`, `cancel_on_loss` or `crate = \"...\"`"
+        );
+        assert!(error(quote!(a::b), sync_fn()).starts_with("unknown argument `a::b`;"));
+        assert!(error(quote!(ttl(5)), sync_fn()).starts_with("unknown argument `ttl`;"));
+    }
+
+    #[test]
+    fn duplicate_argument() {
+        assert_eq!(
+            error(quote!(group = "a", group = "b"), sync_fn()),
+            "duplicate argument `group`"
+        );
+        assert_eq!(
+            error(quote!(cancel_on_loss, cancel_on_loss), async_fn()),
+            "duplicate argument `cancel_on_loss`"
+        );
+        assert_eq!(
+            error(quote!(crate = "a", crate = "b"), sync_fn()),
+            "duplicate argument `crate`"
+        );
+    }
+
+    #[test]
+    fn group_must_be_a_string_literal() {
+        let expected = "`group` takes a string literal: `group = \"cleanup\"`";
+        assert_eq!(error(quote!(group = cleanup), sync_fn()), expected);
+        assert_eq!(error(quote!(group = 5), sync_fn()), expected);
+        assert_eq!(
+            error(quote!(group = concat!("a", "b")), sync_fn()),
+            expected
+        );
+        assert_eq!(error(quote!(group), sync_fn()), expected);
+        assert_eq!(error(quote!(group("x")), sync_fn()), expected);
+    }
+
+    #[test]
+    fn group_as_a_positional_literal() {
+        assert_eq!(
+            error(quote!("cleanup"), sync_fn()),
+            "the group is a named argument: `group = \"cleanup\"`"
+        );
+    }
+
+    #[test]
+    fn group_empty() {
+        assert_eq!(
+            error(quote!(group = ""), sync_fn()),
+            "group name is empty: write e.g. `group = \"cleanup\"`"
+        );
+    }
+
+    #[test]
+    fn group_with_a_character_outside_the_set() {
+        for (name, shown) in [
+            ("a b", "' '"),
+            ("{x}", "'{'"),
+            ("café", "'é'"),
+            ("a/b", "'/'"),
+        ] {
+            assert_eq!(
+                error(quote!(group = #name), sync_fn()),
+                format!("group name contains {shown}; use only ASCII letters, digits, `.`, `_`, `:` and `-`")
+            );
+        }
+    }
+
+    #[test]
+    fn group_over_128_bytes() {
+        let name = "g".repeat(129);
+        assert_eq!(
+            error(quote!(group = #name), sync_fn()),
+            "group name is 129 bytes long; the limit is 128"
+        );
+    }
+
+    #[test]
+    fn cancel_on_loss_takes_no_value() {
+        assert_eq!(
+            error(quote!(cancel_on_loss = true), async_fn()),
+            "`cancel_on_loss` takes no value: write `cancel_on_loss`"
+        );
+    }
+
+    #[test]
+    fn cancel_on_loss_on_a_sync_fn() {
+        assert_eq!(
+            error(quote!(cancel_on_loss), sync_fn()),
+            "`cancel_on_loss` needs an `async fn`: a sync body can't be stopped mid-run"
+        );
+    }
+
+    #[test]
+    fn crate_must_be_a_path_in_a_string() {
+        assert_eq!(
+            error(quote!(crate = leader_runtime), sync_fn()),
+            "`crate` takes a path in a string: `crate = \"::leader_runtime\"`"
+        );
+        for bad in ["", "not a path", "a::", "a::<T>", "fn", "1"] {
+            assert_eq!(
+                error(quote!(crate = #bad), sync_fn()),
+                format!("`crate` takes the path of the runtime crate, not {bad:?}: e.g. `crate = \"::leader_runtime\"`")
+            );
+        }
+    }
+
+    #[test]
+    fn missing_comma_is_a_syntax_error() {
+        assert_eq!(
+            error(quote!(group = "a" cancel_on_loss), async_fn()),
+            "expected `,`"
+        );
+    }
+
+    #[test]
+    fn not_on_a_function() {
+        let cases = [
+            (
+                quote!(
+                    struct Job;
+                ),
+                "a struct",
+            ),
+            (
+                quote!(
+                    enum Job {}
+                ),
+                "an enum",
+            ),
+            (quote!(impl Job {}), "an impl block"),
+            (
+                quote!(
+                    mod jobs {}
+                ),
+                "a module",
+            ),
+            (
+                quote!(
+                    static JOB: u8 = 0;
+                ),
+                "a static",
+            ),
+            (
+                quote!(
+                    trait Job {}
+                ),
+                "a trait",
+            ),
+        ];
+        for (item, what) in cases {
+            assert_eq!(
+                error(quote!(), item),
+                format!("`#[leader_only]` goes on a `fn` or `async fn`, not on {what}")
+            );
+        }
+    }
+
+    #[test]
+    fn function_without_a_body() {
+        assert_eq!(
+            error(
+                quote!(),
+                quote!(
+                    async fn tick(&self);
+                )
+            ),
+            "`#[leader_only]` needs a function with a body: `fn name() { .. }`"
+        );
+    }
+
+    #[test]
+    fn const_fn() {
+        assert_eq!(
+            error(
+                quote!(),
+                quote!(
+                    const fn tick() {}
+                )
+            ),
+            "`#[leader_only]` can't gate a `const fn`: remove `const`"
+        );
+    }
+
+    #[test]
+    fn extern_abi() {
+        assert_eq!(
+            error(
+                quote!(),
+                quote!(
+                    extern "C" fn tick() {}
+                )
+            ),
+            "`#[leader_only]` gates Rust functions only: remove `extern \"C\"`"
+        );
+        // Parsed from a string: rustfmt would turn `extern fn` into `extern "C" fn`.
+        let item: TokenStream = "extern fn tick() {}".parse().unwrap();
+        assert_eq!(
+            error(quote!(), item),
+            "`#[leader_only]` gates Rust functions only: remove `extern`"
+        );
+    }
+
+    #[test]
+    fn never_returning_fn() {
+        assert!(error(
+            quote!(),
+            quote!(
+                fn tick() -> ! {
+                    loop {}
+                }
+            )
+        )
+        .starts_with("`#[leader_only]` can't gate a function returning `!`"));
+    }
+
+    #[test]
+    fn applied_twice() {
+        assert_eq!(
+            error(
+                quote!(),
+                quote!(
+                    #[leader_only(group = "b")]
+                    fn tick() {}
+                )
+            ),
+            "duplicate `#[leader_only]`: a function has one group; keep one attribute"
+        );
+    }
+
+    #[test]
+    fn several_mistakes_are_reported_together() {
+        let all = errors(
+            quote!(group = "a b", timeout = 5, cancel_on_loss),
+            quote!(
+                const extern "C" fn tick() {}
+            ),
+        );
+        assert_eq!(all.len(), 5, "{all:?}");
+        assert!(all[0].starts_with("group name contains"));
+        assert!(all[1].starts_with("unknown argument `timeout`"));
+        assert!(all[2].contains("`const fn`"));
+        assert!(all[3].contains("remove `extern \"C\"`"));
+        assert!(all[4].starts_with("`cancel_on_loss` needs an `async fn`"));
+    }
+}
