@@ -1,38 +1,153 @@
-//! leader runtime (stub)
+//! Run singleton work — cron jobs, cleanups, migrations, reapers — on exactly
+//! one instance of a fleet, by holding a lease in Redis.
+//!
+//! ```no_run
+//! use leader_runtime::leader_only;
+//!
+//! #[leader_only(group = "cleanup")]
+//! async fn purge_expired() -> u64 {
+//!     // runs only on the instance that holds the `cleanup` lease
+//!     42
+//! }
+//!
+//! # #[tokio::main] async fn main() -> Result<(), leader_runtime::Error> {
+//! leader_runtime::init(
+//!     leader_runtime::Config::builder().redis_url("redis://127.0.0.1:6379").build()?,
+//! )?;
+//! // every replica calls it on its own schedule; `None` where not leader
+//! if let Some(purged) = purge_expired().await {
+//!     println!("purged {purged}");
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! See the README for the guide; each item documents its own semantics.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
+
+mod backend;
+mod config;
+mod election;
+mod error;
+mod events;
+mod gate;
+mod global;
+mod group;
+mod jitter;
+mod lease;
+mod names;
+mod runtime;
+mod stats;
+
+use std::future::Future;
+
 pub use leader_macros::leader_only;
+use tokio::sync::broadcast;
+
+pub use crate::backend::MemoryBackend;
+pub use crate::config::{
+    Config, ConfigBuilder, DEFAULT_KEY_PREFIX, DEFAULT_RENEW_INTERVAL, DEFAULT_RETRY_INTERVAL,
+    DEFAULT_TTL,
+};
+pub use crate::error::{Error, Result};
+pub use crate::events::{Event, LostReason};
+pub use crate::global::init;
+pub use crate::lease::Lease;
+pub use crate::runtime::Runtime;
+pub use crate::stats::Stats;
+
+/// Whether this instance leads `group` right now, on the current runtime
+/// (the one of [`Runtime::scope`], else the global one). Sync and local,
+/// never touches the network; false when no runtime is configured.
+///
+/// # Examples
+///
+/// ```no_run
+/// if leader_runtime::is_leader("cleanup") {
+///     println!("this replica runs the cleanup");
+/// }
+/// ```
+pub fn is_leader(group: &str) -> bool {
+    global::current().is_some_and(|rt| rt.is_leader(group))
+}
+
+/// Who leads `group`, asked of the backend.
+///
+/// # Errors
+///
+/// [`Error::NotConfigured`] without a runtime; otherwise as
+/// [`Runtime::leader_id`].
+pub async fn leader_id(group: &str) -> Result<Option<String>> {
+    global::current()
+        .ok_or(Error::NotConfigured)?
+        .leader_id(group)
+        .await
+}
+
+/// Run `f` if this instance leads `group`; see [`Runtime::run_if_leader`].
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn example() {
+/// let sent: Option<usize> =
+///     leader_runtime::run_if_leader("mailer", || async { 3 /* emails sent */ }).await;
+/// # }
+/// ```
+pub async fn run_if_leader<F, Fut>(group: &str, f: F) -> Option<Fut::Output>
+where
+    F: FnOnce() -> Fut,
+    Fut: Future,
+{
+    global::current()?.run_if_leader(group, f).await
+}
+
+/// Hand the lease of `group` to another instance; see [`Runtime::step_down`].
+///
+/// # Errors
+///
+/// [`Error::NotConfigured`] without a runtime; otherwise as [`Runtime::step_down`].
+pub async fn step_down(group: &str) -> Result<()> {
+    global::current()
+        .ok_or(Error::NotConfigured)?
+        .step_down(group)
+        .await
+}
+
+/// The lease under which the current gated body runs (`None` outside one).
+pub fn current_lease() -> Option<Lease> {
+    group::current_lease()
+}
+
+/// Counters of `group` on the current runtime; `None` if never used.
+pub fn stats(group: &str) -> Option<Stats> {
+    global::current()?.stats(group)
+}
+
+/// Transitions of every group on the current runtime, from now on. Without
+/// a configured runtime the receiver is closed.
+pub fn subscribe() -> broadcast::Receiver<Event> {
+    match global::current() {
+        Some(rt) => rt.subscribe(),
+        None => broadcast::channel(1).1,
+    }
+}
+
+/// Release every lease held by the current runtime and stop its elections;
+/// see [`Runtime::shutdown`]. Does nothing without one.
+pub async fn shutdown() {
+    let runtime = runtime::scoped().or_else(|| global::existing().cloned());
+    if let Some(runtime) = runtime {
+        runtime.shutdown().await;
+    }
+}
 
 #[doc(hidden)]
 /// Not public API: the contract between `#[leader_only]` expansions and the runtime.
 pub mod __private {
-    use std::future::Future;
-
-    /// One per gated call site (a `static`): the group and a cached handle.
-    pub struct CallSite {
-        group: &'static str,
-    }
-
-    impl CallSite {
-        /// A call site gating on `group` (already validated by the macro).
-        pub const fn new(group: &'static str) -> Self {
-            Self { group }
-        }
-    }
-
-    /// Run `body` when this instance leads the call site's group.
-    pub async fn gate_async<T, F>(site: &'static CallSite, cancel_on_loss: bool, body: F) -> Option<T>
-    where
-        F: Future<Output = T>,
-    {
-        let _ = (site.group, cancel_on_loss);
-        Some(body.await)
-    }
-
-    /// Run `body` when this instance leads the call site's group.
-    pub fn gate_sync<T, F>(site: &'static CallSite, body: F) -> Option<T>
-    where
-        F: FnOnce() -> T,
-    {
-        let _ = site.group;
-        Some(body())
-    }
+    pub use crate::gate::{gate_async, gate_sync, CallSite};
 }

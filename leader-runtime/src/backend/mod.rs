@@ -1,0 +1,108 @@
+//! Where leases live: Redis, or an in-process map with the same semantics.
+//!
+//! Each backend implements the three lease operations of DESIGN.md
+//! (acquire, renew, release) atomically, reads the holder, and delivers
+//! release notices.
+
+mod memory;
+mod redis;
+
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+pub use self::memory::MemoryBackend;
+pub(crate) use self::redis::RedisBackend;
+use crate::names::GroupKeys;
+use crate::Result;
+
+/// What an acquire found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Acquire {
+    /// We hold the lease now, with a new fencing token.
+    Won {
+        token: u64,
+        /// The token counter was missing: first election, or data loss.
+        fresh: bool,
+    },
+    /// Another instance holds it; `pttl` is its remaining life if it expires.
+    Held {
+        holder: String,
+        pttl: Option<Duration>,
+    },
+}
+
+/// What a renew found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Renew {
+    Renewed,
+    /// Nobody holds the lease any more.
+    Gone,
+    /// Someone else (or another value) holds it.
+    Other,
+}
+
+/// Called for every release notice: `(group, releasing instance id)`.
+pub(crate) type NoticeSink = Arc<dyn Fn(&str, &str) + Send + Sync>;
+
+/// One group's operation, as the backend sees it.
+pub(crate) struct Op<'a> {
+    pub(crate) group: &'a str,
+    pub(crate) keys: &'a GroupKeys,
+    pub(crate) id: &'a str,
+}
+
+#[derive(Clone)]
+pub(crate) enum Backend {
+    Redis(RedisBackend),
+    Memory(MemoryBackend),
+}
+
+impl Backend {
+    pub(crate) async fn acquire(&self, op: &Op<'_>, ttl: Duration) -> Result<Acquire> {
+        match self {
+            Backend::Redis(b) => b.acquire(op, ttl).await,
+            Backend::Memory(b) => b.acquire(op, ttl),
+        }
+    }
+
+    pub(crate) async fn renew(&self, op: &Op<'_>, ttl: Duration) -> Result<Renew> {
+        match self {
+            Backend::Redis(b) => b.renew(op, ttl).await,
+            Backend::Memory(b) => b.renew(op, ttl),
+        }
+    }
+
+    /// Returns whether we held (and so released) the lease.
+    pub(crate) async fn release(&self, op: &Op<'_>, channel: &str) -> Result<bool> {
+        match self {
+            Backend::Redis(b) => b.release(op, channel).await,
+            Backend::Memory(b) => b.release(op, channel),
+        }
+    }
+
+    pub(crate) async fn holder(&self, group: &str, keys: &GroupKeys) -> Result<Option<String>> {
+        match self {
+            Backend::Redis(b) => b.holder(group, keys).await,
+            Backend::Memory(b) => b.holder(group, keys),
+        }
+    }
+
+    /// Start delivering release notices on `channel` to `sink` until `stop`;
+    /// `up` tells whether notices can currently arrive.
+    pub(crate) fn spawn_notices(
+        &self,
+        channel: String,
+        sink: NoticeSink,
+        up: Arc<AtomicBool>,
+        retry: Duration,
+        stop: CancellationToken,
+    ) {
+        match self {
+            Backend::Redis(b) => b.spawn_notices(channel, sink, up, retry, stop),
+            Backend::Memory(b) => b.spawn_notices(channel, sink, up, stop),
+        }
+    }
+}

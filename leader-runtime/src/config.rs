@@ -1,0 +1,483 @@
+//! Configuration: a builder that validates every combination up front.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::backend::MemoryBackend;
+use crate::events::LostReason;
+use crate::lease::Lease;
+use crate::names::validate_prefix;
+use crate::{Error, Result};
+
+pub(crate) type ElectedCallback = Arc<dyn Fn(&str, &Lease) + Send + Sync>;
+pub(crate) type LostCallback = Arc<dyn Fn(&str, LostReason) + Send + Sync>;
+
+/// Default lease length.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(15);
+/// Default heartbeat while leader.
+pub const DEFAULT_RENEW_INTERVAL: Duration = Duration::from_secs(5);
+/// Default follower retry pace when nothing tells it sooner.
+pub const DEFAULT_RETRY_INTERVAL: Duration = Duration::from_secs(2);
+/// Default key prefix.
+pub const DEFAULT_KEY_PREFIX: &str = "leader";
+
+/// Where leases live.
+#[derive(Clone)]
+pub(crate) enum BackendConfig {
+    Redis { url: String },
+    Memory(MemoryBackend),
+}
+
+/// The runtime's configuration; make one with [`Config::builder`].
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use leader_runtime::{Config, MemoryBackend};
+///
+/// let config = Config::builder()
+///     .memory(MemoryBackend::new())
+///     .ttl(Duration::from_secs(3))
+///     .renew_interval(Duration::from_secs(1))
+///     .instance_id("api-7")
+///     .build()?;
+/// assert_eq!(config.ttl(), Duration::from_secs(3));
+/// # Ok::<(), leader_runtime::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct Config {
+    pub(crate) backend: BackendConfig,
+    pub(crate) ttl: Duration,
+    pub(crate) renew_interval: Duration,
+    pub(crate) retry_interval: Duration,
+    pub(crate) call_timeout: Duration,
+    pub(crate) drift_margin: Duration,
+    pub(crate) instance_id: String,
+    pub(crate) key_prefix: String,
+    pub(crate) on_elected: Option<ElectedCallback>,
+    pub(crate) on_lost: Option<LostCallback>,
+}
+
+impl Config {
+    /// Start building a configuration.
+    pub fn builder() -> ConfigBuilder {
+        ConfigBuilder::default()
+    }
+
+    /// Lease length: how long the lease lives on the server after the last
+    /// successful acquire or renew, and so the bound on crash failover.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// How often the leader renews its lease.
+    pub fn renew_interval(&self) -> Duration {
+        self.renew_interval
+    }
+
+    /// How often a follower retries when nothing tells it sooner.
+    pub fn retry_interval(&self) -> Duration {
+        self.retry_interval
+    }
+
+    /// Longest wait for any one backend call.
+    pub fn call_timeout(&self) -> Duration {
+        self.call_timeout
+    }
+
+    /// How much earlier than the server the local view ends (clock drift allowance).
+    pub fn drift_margin(&self) -> Duration {
+        self.drift_margin
+    }
+
+    /// This instance's id, as stored in the lease.
+    pub fn instance_id(&self) -> &str {
+        &self.instance_id
+    }
+
+    /// The prefix of every key.
+    pub fn key_prefix(&self) -> &str {
+        &self.key_prefix
+    }
+}
+
+impl fmt::Debug for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let backend = match &self.backend {
+            BackendConfig::Redis { url } => redact_url(url),
+            BackendConfig::Memory(_) => "memory".to_owned(),
+        };
+        f.debug_struct("Config")
+            .field("backend", &backend)
+            .field("ttl", &self.ttl)
+            .field("renew_interval", &self.renew_interval)
+            .field("retry_interval", &self.retry_interval)
+            .field("call_timeout", &self.call_timeout)
+            .field("drift_margin", &self.drift_margin)
+            .field("instance_id", &self.instance_id)
+            .field("key_prefix", &self.key_prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Builder of [`Config`]; every setter is optional except the backend
+/// ([`redis_url`](Self::redis_url) or [`memory`](Self::memory)).
+#[derive(Default)]
+#[must_use]
+pub struct ConfigBuilder {
+    backend: Option<BackendConfig>,
+    ttl: Option<Duration>,
+    renew_interval: Option<Duration>,
+    retry_interval: Option<Duration>,
+    call_timeout: Option<Duration>,
+    drift_margin: Option<Duration>,
+    instance_id: Option<String>,
+    key_prefix: Option<String>,
+    on_elected: Option<ElectedCallback>,
+    on_lost: Option<LostCallback>,
+}
+
+impl ConfigBuilder {
+    /// Keep leases in Redis at `url` (`redis://[user:password@]host:port[/db]`).
+    pub fn redis_url(mut self, url: impl Into<String>) -> Self {
+        self.backend = Some(BackendConfig::Redis { url: url.into() });
+        self
+    }
+
+    /// Keep leases in an in-process [`MemoryBackend`]; share one between
+    /// several runtimes to play several instances.
+    pub fn memory(mut self, backend: MemoryBackend) -> Self {
+        self.backend = Some(BackendConfig::Memory(backend));
+        self
+    }
+
+    /// Lease length (default 15 s): the crash failover bound.
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = Some(ttl);
+        self
+    }
+
+    /// Heartbeat while leader (default 5 s); must be shorter than `ttl`.
+    pub fn renew_interval(mut self, interval: Duration) -> Self {
+        self.renew_interval = Some(interval);
+        self
+    }
+
+    /// Follower retry pace when nothing tells it sooner (default 2 s): after
+    /// an error, or while the release-notice connection is down.
+    pub fn retry_interval(mut self, interval: Duration) -> Self {
+        self.retry_interval = Some(interval);
+        self
+    }
+
+    /// Longest wait for one backend call (default: the smaller of 2 s and
+    /// half of `ttl - renew_interval`). `renew_interval + call_timeout` must
+    /// fit inside `ttl` minus the drift margin, so a slow renew still lands
+    /// before the lease expires.
+    pub fn call_timeout(mut self, timeout: Duration) -> Self {
+        self.call_timeout = Some(timeout);
+        self
+    }
+
+    /// How much earlier than the server the local view ends (default 1% of
+    /// `ttl` + 2 ms); must be smaller than `ttl`.
+    pub fn drift_margin(mut self, margin: Duration) -> Self {
+        self.drift_margin = Some(margin);
+        self
+    }
+
+    /// This instance's id in the lease (default `hostname:pid:random`).
+    /// Must be unique in the fleet: two instances with one id share a lease.
+    pub fn instance_id(mut self, id: impl Into<String>) -> Self {
+        self.instance_id = Some(id.into());
+        self
+    }
+
+    /// Prefix of every key (default `"leader"`).
+    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.key_prefix = Some(prefix.into());
+        self
+    }
+
+    /// Called (on a separate task, never blocking the election) when this
+    /// instance becomes leader of a group.
+    pub fn on_elected(mut self, f: impl Fn(&str, &Lease) + Send + Sync + 'static) -> Self {
+        self.on_elected = Some(Arc::new(f));
+        self
+    }
+
+    /// Called (on a separate task) when this instance stops leading a group.
+    pub fn on_lost(mut self, f: impl Fn(&str, LostReason) + Send + Sync + 'static) -> Self {
+        self.on_lost = Some(Arc::new(f));
+        self
+    }
+
+    /// Validate and build.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] naming the field and the rule when: no backend is
+    /// set; the Redis URL does not parse; a duration is zero;
+    /// `renew_interval >= ttl`; `renew_interval + call_timeout` does not fit
+    /// inside `ttl - drift_margin`; the drift margin is not smaller than `ttl`;
+    /// the instance id is empty, longer than 256 bytes or has control
+    /// characters; the key prefix is not `[A-Za-z0-9._:-]{1,128}`.
+    pub fn build(self) -> Result<Config> {
+        let backend = self.backend.ok_or_else(|| {
+            config_err(
+            "redis_url",
+            "is required: set .redis_url(\"redis://host:6379\") or .memory(MemoryBackend::new())",
+        )
+        })?;
+        if let BackendConfig::Redis { url } = &backend {
+            redis::Client::open(url.as_str()).map_err(|e| {
+                config_err(
+                    "redis_url",
+                    format!(
+                        "must be a valid redis:// URL ({}): {}",
+                        redact_url(url),
+                        e.category()
+                    ),
+                )
+            })?;
+        }
+        let ttl = self.ttl.unwrap_or(DEFAULT_TTL);
+        let renew_interval = self.renew_interval.unwrap_or(DEFAULT_RENEW_INTERVAL);
+        let retry_interval = self.retry_interval.unwrap_or(DEFAULT_RETRY_INTERVAL);
+        non_zero("ttl", ttl)?;
+        non_zero("renew_interval", renew_interval)?;
+        non_zero("retry_interval", retry_interval)?;
+        if ttl < Duration::from_millis(10) {
+            return Err(config_err("ttl", "must be at least 10ms"));
+        }
+        if renew_interval >= ttl {
+            return Err(config_err(
+                "renew_interval",
+                format!("must be shorter than ttl ({renew_interval:?} >= {ttl:?})"),
+            ));
+        }
+        let drift_margin = self
+            .drift_margin
+            .unwrap_or(ttl / 100 + Duration::from_millis(2));
+        if drift_margin >= ttl - renew_interval {
+            return Err(config_err(
+                "drift_margin",
+                format!(
+                    "must be smaller than ttl - renew_interval ({drift_margin:?} >= {:?})",
+                    ttl - renew_interval
+                ),
+            ));
+        }
+        let room = ttl - drift_margin - renew_interval;
+        let call_timeout = match self.call_timeout {
+            Some(t) => t,
+            None => Duration::from_secs(2)
+                .min((ttl - renew_interval) / 2)
+                .min(room),
+        };
+        non_zero("call_timeout", call_timeout)?;
+        if renew_interval + call_timeout >= ttl - drift_margin {
+            return Err(config_err(
+                "call_timeout",
+                format!(
+                    "plus renew_interval must fit inside ttl - drift_margin \
+                     ({renew_interval:?} + {call_timeout:?} >= {:?})",
+                    ttl - drift_margin
+                ),
+            ));
+        }
+        let instance_id = self.instance_id.unwrap_or_else(default_instance_id);
+        if instance_id.is_empty() || instance_id.len() > 256 {
+            return Err(config_err("instance_id", "must be 1 to 256 bytes long"));
+        }
+        if instance_id.chars().any(char::is_control) {
+            return Err(config_err(
+                "instance_id",
+                "must not contain control characters",
+            ));
+        }
+        let key_prefix = self
+            .key_prefix
+            .unwrap_or_else(|| DEFAULT_KEY_PREFIX.to_owned());
+        validate_prefix(&key_prefix)?;
+        Ok(Config {
+            backend,
+            ttl,
+            renew_interval,
+            retry_interval,
+            call_timeout,
+            drift_margin,
+            instance_id,
+            key_prefix,
+            on_elected: self.on_elected,
+            on_lost: self.on_lost,
+        })
+    }
+}
+
+fn config_err(field: &'static str, rule: impl Into<String>) -> Error {
+    Error::Config {
+        field,
+        rule: rule.into(),
+    }
+}
+
+fn non_zero(field: &'static str, d: Duration) -> Result<()> {
+    if d.is_zero() {
+        Err(config_err(field, "must be greater than zero"))
+    } else {
+        Ok(())
+    }
+}
+
+/// `hostname:pid:random`, unique per process start.
+fn default_instance_id() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "host".to_owned());
+    format!(
+        "{host}:{}:{:08x}",
+        std::process::id(),
+        crate::jitter::random_u32()
+    )
+}
+
+/// The URL with any password (and token-like user info) replaced by `***`.
+pub(crate) fn redact_url(url: &str) -> String {
+    let Some(scheme_end) = url.find("://") else {
+        return "<unparseable url>".to_owned();
+    };
+    let rest = &url[scheme_end + 3..];
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => {
+            let userinfo = &rest[..at];
+            let user = userinfo.split(':').next().unwrap_or("");
+            let shown = if userinfo.contains(':') {
+                format!("{user}:***")
+            } else {
+                "***".to_owned()
+            };
+            format!("{}{}{}", &url[..scheme_end + 3], shown, &rest[at..])
+        }
+        None => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mem() -> ConfigBuilder {
+        Config::builder().memory(MemoryBackend::new())
+    }
+
+    fn field_of(b: ConfigBuilder) -> &'static str {
+        match b.build() {
+            Err(Error::Config { field, .. }) => field,
+            other => panic!("expected a config error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn defaults() {
+        let c = mem().build().unwrap();
+        assert_eq!(c.ttl(), Duration::from_secs(15));
+        assert_eq!(c.renew_interval(), Duration::from_secs(5));
+        assert_eq!(c.retry_interval(), Duration::from_secs(2));
+        assert_eq!(c.call_timeout(), Duration::from_secs(2));
+        assert_eq!(c.drift_margin(), Duration::from_millis(152));
+        assert_eq!(c.key_prefix(), "leader");
+        assert_eq!(c.instance_id().matches(':').count(), 2);
+    }
+
+    #[test]
+    fn each_invalid_field_is_named() {
+        let s = Duration::from_secs;
+        assert_eq!(field_of(Config::builder()), "redis_url");
+        assert_eq!(
+            field_of(Config::builder().redis_url("http://x")),
+            "redis_url"
+        );
+        assert_eq!(
+            field_of(Config::builder().redis_url("not a url")),
+            "redis_url"
+        );
+        assert_eq!(field_of(mem().ttl(Duration::ZERO)), "ttl");
+        assert_eq!(
+            field_of(mem().renew_interval(Duration::ZERO)),
+            "renew_interval"
+        );
+        assert_eq!(
+            field_of(mem().retry_interval(Duration::ZERO)),
+            "retry_interval"
+        );
+        assert_eq!(
+            field_of(mem().ttl(s(5)).renew_interval(s(5))),
+            "renew_interval"
+        );
+        assert_eq!(
+            field_of(mem().ttl(s(5)).renew_interval(s(6))),
+            "renew_interval"
+        );
+        assert_eq!(
+            field_of(mem().ttl(s(5)).renew_interval(s(3)).call_timeout(s(2))),
+            "call_timeout"
+        );
+        assert_eq!(field_of(mem().call_timeout(Duration::ZERO)), "call_timeout");
+        assert_eq!(field_of(mem().drift_margin(s(10))), "drift_margin");
+        assert_eq!(field_of(mem().instance_id("")), "instance_id");
+        assert_eq!(field_of(mem().instance_id("a\nb")), "instance_id");
+        assert_eq!(field_of(mem().key_prefix("")), "key_prefix");
+        assert_eq!(field_of(mem().key_prefix("a{b}")), "key_prefix");
+    }
+
+    #[test]
+    fn messages_name_the_rule() {
+        let err = mem()
+            .ttl(Duration::from_secs(1))
+            .renew_interval(Duration::from_secs(2))
+            .build()
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("`renew_interval`"), "{err}");
+        assert!(err.contains("shorter than ttl"), "{err}");
+    }
+
+    #[test]
+    fn small_ttl_gets_a_fitting_default_timeout() {
+        let c = mem()
+            .ttl(Duration::from_secs(1))
+            .renew_interval(Duration::from_millis(300))
+            .build()
+            .unwrap();
+        assert_eq!(c.call_timeout(), Duration::from_millis(350));
+    }
+
+    #[test]
+    fn passwords_never_show() {
+        assert_eq!(redact_url("redis://u:s3cret@h:1/0"), "redis://u:***@h:1/0");
+        assert_eq!(redact_url("redis://:s3cret@h:1"), "redis://:***@h:1");
+        assert_eq!(redact_url("redis://tok3n@h:1"), "redis://***@h:1");
+        assert_eq!(redact_url("redis://h:1"), "redis://h:1");
+        let err = Config::builder()
+            .redis_url("redis://u:s3cret@h:notaport")
+            .build()
+            .unwrap_err()
+            .to_string();
+        assert!(!err.contains("s3cret"), "{err}");
+        let dbg = format!(
+            "{:?}",
+            Config::builder()
+                .redis_url("redis://u:s3cret@h:1")
+                .build()
+                .unwrap()
+        );
+        assert!(!dbg.contains("s3cret"), "{dbg}");
+    }
+}

@@ -1,0 +1,395 @@
+//! The election of one group: a task that campaigns as a follower, renews as
+//! leader, hands over on request, and campaigns again after any loss.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{broadcast, mpsc};
+use tokio::time::{sleep_until, Instant};
+use tokio_util::sync::CancellationToken;
+
+use crate::backend::{Acquire, Backend, Op, Renew};
+use crate::config::Config;
+use crate::events::{Event, LostReason};
+use crate::group::{Command, Group};
+use crate::lease::{Lease, Tenure};
+use crate::names::GroupKeys;
+use crate::{jitter, Error, Result};
+
+/// What every election of one runtime shares.
+pub(crate) struct Ctx {
+    pub(crate) backend: Backend,
+    pub(crate) config: Config,
+    pub(crate) events: broadcast::Sender<Event>,
+    pub(crate) callbacks: mpsc::UnboundedSender<Callback>,
+    pub(crate) stop: CancellationToken,
+    pub(crate) notices_up: Arc<AtomicBool>,
+    pub(crate) release_channel: String,
+}
+
+/// A user callback to run on the dispatcher task.
+pub(crate) enum Callback {
+    Elected(Arc<str>, Lease),
+    Lost(Arc<str>, LostReason),
+}
+
+/// The acquisition that starts a leadership.
+struct Won {
+    token: u64,
+    fresh: bool,
+    sent: Instant,
+}
+
+/// Whether the election goes on after a leadership ended.
+enum Flow {
+    Campaign,
+    Stop,
+}
+
+/// Most followers waking at one expiry spread over this much.
+const EXPIRY_JITTER: Duration = Duration::from_millis(5);
+
+pub(crate) async fn run(group: Arc<Group>, ctx: Arc<Ctx>, commands: mpsc::Receiver<Command>) {
+    let keys = GroupKeys::new(&ctx.config.key_prefix, &group.name);
+    let mut election = Election {
+        group,
+        ctx,
+        keys,
+        commands,
+        failing: false,
+        cooldown_until: None,
+    };
+    let span = tracing::info_span!("election", group = %election.group.name, instance = %election.ctx.config.instance_id);
+    let _ = tracing::Instrument::instrument(election.run(), span).await;
+}
+
+struct Election {
+    group: Arc<Group>,
+    ctx: Arc<Ctx>,
+    keys: GroupKeys,
+    commands: mpsc::Receiver<Command>,
+    /// In a burst of backend failures (log only its first).
+    failing: bool,
+    /// After a step-down: stay out of the race until then (or a release notice).
+    cooldown_until: Option<Instant>,
+}
+
+impl Election {
+    async fn run(&mut self) {
+        loop {
+            let Some(won) = self.follow().await else {
+                self.group.mark_first_round();
+                return;
+            };
+            if let Flow::Stop = self.lead(won).await {
+                return;
+            }
+        }
+    }
+
+    fn op(&self) -> Op<'_> {
+        Op {
+            group: &self.group.name,
+            keys: &self.keys,
+            id: &self.ctx.config.instance_id,
+        }
+    }
+
+    /// A backend call bounded by `limit`.
+    async fn call<T>(&self, limit: Duration, fut: impl Future<Output = Result<T>>) -> Result<T> {
+        match tokio::time::timeout(limit, fut).await {
+            Ok(r) => r,
+            Err(_) => Err(Error::Timeout {
+                group: self.group.name.to_string(),
+                after: limit,
+            }),
+        }
+    }
+
+    /// Campaign until we win (`Some`) or the runtime stops (`None`).
+    async fn follow(&mut self) -> Option<Won> {
+        let retry = self.ctx.config.retry_interval;
+        loop {
+            if let Some(until) = self.cooldown_until.take() {
+                tracing::debug!("stepped down: out of the race until the cooldown ends or another instance releases");
+                if !self.wait(until).await {
+                    return None;
+                }
+            }
+            let sent = Instant::now();
+            self.group.counters.acquire_attempt();
+            let ttl = self.ctx.config.ttl;
+            let result = self
+                .call(
+                    self.ctx.config.call_timeout,
+                    self.ctx.backend.acquire(&self.op(), ttl),
+                )
+                .await;
+            let wait = match result {
+                Ok(Acquire::Won { token, fresh }) => {
+                    self.recovered();
+                    return Some(Won { token, fresh, sent });
+                }
+                Ok(Acquire::Held { holder, pttl }) => {
+                    self.recovered();
+                    tracing::trace!(%holder, ?pttl, "lease held by another instance");
+                    let notices_up = self.ctx.notices_up.load(Ordering::SeqCst);
+                    match pttl {
+                        // Try again right when it expires; a release notice wakes us sooner.
+                        Some(pttl) if notices_up => pttl + jitter::up_to(EXPIRY_JITTER),
+                        Some(pttl) => pttl.min(retry) + jitter::up_to(EXPIRY_JITTER),
+                        None => retry,
+                    }
+                }
+                Err(e) => {
+                    self.failed("acquire", &e);
+                    retry
+                }
+            };
+            self.group.mark_first_round();
+            if !self.wait(Instant::now() + wait).await {
+                return None;
+            }
+        }
+    }
+
+    /// Follower wait: until `deadline` or a release notice. Answers commands
+    /// meanwhile. Returns false when the runtime stops.
+    async fn wait(&mut self, deadline: Instant) -> bool {
+        loop {
+            tokio::select! {
+                biased;
+                _ = self.ctx.stop.cancelled() => return false,
+                cmd = self.commands.recv() => match cmd {
+                    // Not leader: nothing to hand over.
+                    Some(Command::StepDown(reply)) => { let _ = reply.send(Ok(())); }
+                    None => return false,
+                },
+                _ = self.group.released.notified() => return true,
+                _ = sleep_until(deadline) => return true,
+            }
+        }
+    }
+
+    /// Hold the lease until it is lost, handed over, or the runtime stops.
+    async fn lead(&mut self, won: Won) -> Flow {
+        let cfg = &self.ctx.config;
+        let (ttl, margin, renew_every) = (cfg.ttl, cfg.drift_margin, cfg.renew_interval);
+        let call_timeout = cfg.call_timeout;
+        let quick_retry =
+            (renew_every / 10).clamp(Duration::from_millis(5), Duration::from_millis(200));
+        let mut valid_until = won.sent + ttl - margin;
+        let mut next_renew = won.sent + renew_every;
+        // Safe start: with the token counter gone, a leader from before the
+        // data loss may still believe it leads for up to one ttl.
+        let mut ready_at = won.fresh.then_some(won.sent + ttl);
+        let mut tenure = None;
+        if ready_at.is_some() {
+            tracing::info!(token = won.token, "won with a fresh token counter (first election or data loss): leading after one ttl");
+        } else {
+            tenure = Some(self.begin(won.token, valid_until));
+        }
+        self.group.mark_first_round();
+        loop {
+            let mut wake = next_renew.min(valid_until);
+            if let Some(ready) = ready_at {
+                wake = wake.min(ready);
+            }
+            tokio::select! {
+                biased;
+                _ = self.ctx.stop.cancelled() => {
+                    let _ = self.hand_over(tenure, valid_until, LostReason::Shutdown).await;
+                    return Flow::Stop;
+                }
+                cmd = self.commands.recv() => match cmd {
+                    Some(Command::StepDown(reply)) => {
+                        let result = self.hand_over(tenure, valid_until, LostReason::SteppedDown).await;
+                        self.cooldown_until = Some(Instant::now() + ttl);
+                        let _ = reply.send(result);
+                        return Flow::Campaign;
+                    }
+                    None => {
+                        let _ = self.hand_over(tenure, valid_until, LostReason::Shutdown).await;
+                        return Flow::Stop;
+                    }
+                },
+                _ = sleep_until(wake) => {}
+            }
+            let now = Instant::now();
+            if now >= valid_until {
+                self.end(
+                    tenure,
+                    LostReason::Expired,
+                    "lease not renewed before the view ended",
+                );
+                return Flow::Campaign;
+            }
+            if let Some(ready) = ready_at {
+                if now >= ready {
+                    ready_at = None;
+                    tenure = Some(self.begin(won.token, valid_until));
+                }
+            }
+            if now < next_renew {
+                continue;
+            }
+            let sent = now;
+            let limit = (valid_until - now).min(call_timeout);
+            let started = std::time::Instant::now();
+            let result = self
+                .call(limit, self.ctx.backend.renew(&self.op(), ttl))
+                .await;
+            match result {
+                Ok(Renew::Renewed) => {
+                    self.recovered();
+                    valid_until = sent + ttl - margin;
+                    next_renew = sent + renew_every;
+                    self.group.counters.renewed();
+                    tracing::trace!(elapsed = ?started.elapsed(), "renewed");
+                    if let Some(t) = &tenure {
+                        t.extend(valid_until);
+                        let _ = self.ctx.events.send(Event::Renewed {
+                            group: self.group.name.to_string(),
+                            token: t.token(),
+                            valid_until,
+                        });
+                    }
+                }
+                Ok(Renew::Gone) => {
+                    self.end(tenure, LostReason::Expired, "lease is gone from the server");
+                    return Flow::Campaign;
+                }
+                Ok(Renew::Other) => {
+                    self.end(
+                        tenure,
+                        LostReason::Superseded,
+                        "another holder has the lease",
+                    );
+                    return Flow::Campaign;
+                }
+                Err(e) => {
+                    self.group.counters.renew_failed();
+                    self.failed("renew", &e);
+                    next_renew = Instant::now() + quick_retry;
+                }
+            }
+        }
+    }
+
+    /// Publish a new leadership.
+    fn begin(&self, token: u64, valid_until: Instant) -> Arc<Tenure> {
+        let tenure = Arc::new(Tenure::new(
+            self.group.name.clone(),
+            token,
+            self.group.base,
+            valid_until,
+        ));
+        self.group.begin(tenure.clone());
+        self.group.counters.elected();
+        tracing::info!(token, "elected");
+        let lease = Lease {
+            tenure: tenure.clone(),
+        };
+        let _ = self.ctx.events.send(Event::Elected {
+            group: self.group.name.to_string(),
+            instance_id: self.ctx.config.instance_id.clone(),
+            token,
+            valid_until,
+        });
+        let _ = self
+            .ctx
+            .callbacks
+            .send(Callback::Elected(self.group.name.clone(), lease));
+        tenure
+    }
+
+    /// End the view (if we ever published one) and tell everyone once.
+    fn end(&self, tenure: Option<Arc<Tenure>>, reason: LostReason, why: &str) {
+        self.group.end();
+        let Some(tenure) = tenure else {
+            tracing::debug!(
+                why,
+                "lease ended before the view was published (safe start)"
+            );
+            return;
+        };
+        tenure.end();
+        self.group.counters.lost(reason);
+        match reason {
+            LostReason::Expired | LostReason::Superseded => {
+                tracing::warn!(token = tenure.token(), %reason, why, "lost leadership")
+            }
+            LostReason::SteppedDown | LostReason::Shutdown => {
+                tracing::info!(token = tenure.token(), %reason, "stepped down")
+            }
+        }
+        let _ = self.ctx.events.send(Event::Lost {
+            group: self.group.name.to_string(),
+            instance_id: self.ctx.config.instance_id.clone(),
+            token: tenure.token(),
+            reason,
+        });
+        let _ = self
+            .ctx
+            .callbacks
+            .send(Callback::Lost(self.group.name.clone(), reason));
+    }
+
+    /// Drain gated runs, end the view, then release the lease — so the next
+    /// leader never starts while a body here still runs.
+    async fn hand_over(
+        &mut self,
+        tenure: Option<Arc<Tenure>>,
+        valid_until: Instant,
+        reason: LostReason,
+    ) -> Result<()> {
+        if !self.group.drain(valid_until).await {
+            tracing::warn!("gated runs still in flight when the view ended; releasing anyway");
+        }
+        self.end(tenure, reason, "handing over");
+        let result = self
+            .call(
+                self.ctx.config.call_timeout,
+                self.ctx
+                    .backend
+                    .release(&self.op(), &self.ctx.release_channel),
+            )
+            .await;
+        match result {
+            Ok(released) => {
+                tracing::debug!(released, "released lease");
+                Ok(())
+            }
+            Err(e) => {
+                // The lease expires by itself within one ttl.
+                self.failed("release", &e);
+                Err(e)
+            }
+        }
+    }
+
+    /// Log the first failure of a burst; the rest at debug level.
+    fn failed(&mut self, op: &str, e: &Error) {
+        if self.failing {
+            tracing::debug!(op, error = %e, "backend call failed again");
+            return;
+        }
+        self.failing = true;
+        tracing::error!(op, error = %e, "backend call failed; retrying");
+        let _ = self.ctx.events.send(Event::BackendError {
+            group: self.group.name.to_string(),
+            message: e.to_string(),
+        });
+    }
+
+    fn recovered(&mut self) {
+        if std::mem::take(&mut self.failing) {
+            tracing::info!("backend reachable again");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

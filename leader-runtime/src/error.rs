@@ -1,0 +1,70 @@
+//! The one error type of the crate.
+
+use std::time::Duration;
+
+/// Everything that can go wrong in `leader-runtime`.
+///
+/// Messages never contain a password or token from a Redis URL.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A [`Config`](crate::Config) field broke a rule; `field` names the builder method.
+    #[error("invalid config: `{field}` {rule}")]
+    Config {
+        /// The builder method whose value is wrong, e.g. `"renew_interval"`.
+        field: &'static str,
+        /// The rule it broke, in words.
+        rule: String,
+    },
+    /// A group name is not a short printable identifier.
+    #[error("invalid group name {group:?}: {rule}")]
+    InvalidGroup {
+        /// The rejected name (as given).
+        group: String,
+        /// The rule it broke.
+        rule: &'static str,
+    },
+    /// [`init`](crate::init) was called when the global runtime already exists.
+    #[error("the global leader runtime is already initialised")]
+    AlreadyInitialized,
+    /// The global runtime was used before [`init`](crate::init) and no
+    /// `LEADER_REDIS_URL` / `REDIS_URL` is set.
+    #[error(
+        "the global leader runtime is not configured: call leader_runtime::init(..) \
+         or set LEADER_REDIS_URL (or REDIS_URL)"
+    )]
+    NotConfigured,
+    /// A runtime was built outside a tokio runtime.
+    #[error("leader runtime needs a tokio runtime: create it inside #[tokio::main] or a tokio runtime context")]
+    NoTokioRuntime,
+    /// The runtime is shut down; nothing more is elected.
+    #[error("the leader runtime is shut down")]
+    ShutDown,
+    /// A backend call did not answer in time.
+    #[error("backend call for group `{group}` timed out after {after:?}")]
+    Timeout {
+        /// The group the call was for.
+        group: String,
+        /// How long we waited.
+        after: Duration,
+    },
+    /// The backend (Redis) failed the call.
+    #[error("backend error for group `{group}`: {message}")]
+    Backend {
+        /// The group the call was for.
+        group: String,
+        /// What the backend said (never includes credentials).
+        message: String,
+    },
+    /// The backend answered with something the protocol does not allow.
+    #[error("unexpected reply from backend for group `{group}`: {message}")]
+    Protocol {
+        /// The group the call was for.
+        group: String,
+        /// What was wrong with the reply.
+        message: String,
+    },
+}
+
+/// `Result` with [`Error`] as the default error type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

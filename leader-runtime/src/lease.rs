@@ -1,0 +1,147 @@
+//! A leadership tenure as seen by the code that runs under it.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+/// One leadership of one group on this instance: its fencing token and how
+/// long the local view stays valid. Cheap to clone.
+///
+/// Inside a gated body, get it with [`current_lease`](crate::current_lease).
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn write_with_fence(_token: u64) {}
+/// #[leader_runtime::leader_only(group = "reaper")]
+/// async fn reap() {
+///     if let Some(lease) = leader_runtime::current_lease() {
+///         // hand the token to a store that rejects stale writers
+///         write_with_fence(lease.token()).await;
+///     }
+/// }
+/// ```
+#[derive(Clone, Debug)]
+pub struct Lease {
+    pub(crate) tenure: Arc<Tenure>,
+}
+
+/// The shared state of one leadership, updated by the election task.
+#[derive(Debug)]
+pub(crate) struct Tenure {
+    group: Arc<str>,
+    token: u64,
+    /// Zero point of `valid_until_ns` (the group's creation instant).
+    base: Instant,
+    /// End of the local view, in nanoseconds since `base`.
+    valid_until_ns: AtomicU64,
+    ended: CancellationToken,
+}
+
+impl Tenure {
+    pub(crate) fn new(group: Arc<str>, token: u64, base: Instant, valid_until: Instant) -> Self {
+        Self {
+            group,
+            token,
+            base,
+            valid_until_ns: AtomicU64::new(nanos_since(base, valid_until)),
+            ended: CancellationToken::new(),
+        }
+    }
+
+    /// True while the view is valid: not ended, and the clock is before its end.
+    /// An atomic compare against the clock, so it turns false on time even when
+    /// the election task is stuck.
+    #[inline]
+    pub(crate) fn is_valid_now(&self) -> bool {
+        let now = nanos_since(self.base, Instant::now());
+        now < self.valid_until_ns.load(Ordering::Acquire) && !self.ended.is_cancelled()
+    }
+
+    pub(crate) fn extend(&self, valid_until: Instant) {
+        self.valid_until_ns
+            .store(nanos_since(self.base, valid_until), Ordering::Release);
+    }
+
+    pub(crate) fn valid_until(&self) -> Instant {
+        self.base + Duration::from_nanos(self.valid_until_ns.load(Ordering::Acquire))
+    }
+
+    pub(crate) fn token(&self) -> u64 {
+        self.token
+    }
+
+    /// End the view now (before a release, or on loss).
+    pub(crate) fn end(&self) {
+        self.ended.cancel();
+    }
+}
+
+fn nanos_since(base: Instant, t: Instant) -> u64 {
+    t.saturating_duration_since(base)
+        .as_nanos()
+        .try_into()
+        .unwrap_or(u64::MAX)
+}
+
+impl Lease {
+    /// The group this lease is for.
+    pub fn group(&self) -> &str {
+        &self.tenure.group
+    }
+
+    /// The fencing token: strictly greater than every token issued before for
+    /// this group (also across Redis restarts). Hand it to stores that reject
+    /// writes carrying a smaller token than the last they saw.
+    pub fn token(&self) -> u64 {
+        self.tenure.token
+    }
+
+    /// Until when the local view is certainly valid (extended by each renew).
+    /// After the leadership ended, the last such instant.
+    pub fn valid_until(&self) -> Instant {
+        self.tenure.valid_until()
+    }
+
+    /// Whether this leadership still holds right now.
+    pub fn is_valid(&self) -> bool {
+        self.tenure.is_valid_now()
+    }
+
+    /// Completes when this leadership ends: lost, stepped down, shut down, or
+    /// simply because the view ran out (even if the election task is stuck).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn one_batch() {}
+    /// # async fn example() {
+    /// let Some(lease) = leader_runtime::current_lease() else { return };
+    /// loop {
+    ///     tokio::select! {
+    ///         _ = lease.lost() => break, // stop before the next leader starts
+    ///         _ = one_batch() => {}
+    ///     }
+    /// }
+    /// # }
+    /// ```
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only waits.
+    pub async fn lost(&self) {
+        loop {
+            if !self.tenure.is_valid_now() {
+                return;
+            }
+            let until = self.tenure.valid_until();
+            tokio::select! {
+                _ = self.tenure.ended.cancelled() => return,
+                _ = tokio::time::sleep_until(until) => {}
+            }
+        }
+    }
+}

@@ -1,0 +1,123 @@
+//! Group names, key prefixes and the key layout in the backend.
+
+use crate::{Error, Result};
+
+/// Longest group name, in bytes.
+pub(crate) const MAX_GROUP_LEN: usize = 128;
+
+/// Check that `group` is a short printable identifier: `[A-Za-z0-9._:-]{1,128}`.
+///
+/// The macro checks literals at compile time with the same rule.
+pub(crate) fn validate_group(group: &str) -> Result<()> {
+    let rule = if group.is_empty() {
+        Some("must not be empty")
+    } else if group.len() > MAX_GROUP_LEN {
+        Some("must be at most 128 bytes")
+    } else if !group.bytes().all(is_name_byte) {
+        Some("may contain only ASCII letters, digits and `.`, `_`, `:`, `-`")
+    } else {
+        None
+    };
+    match rule {
+        Some(rule) => Err(Error::InvalidGroup {
+            group: group.to_owned(),
+            rule,
+        }),
+        None => Ok(()),
+    }
+}
+
+/// Check a key prefix: same alphabet as group names (so keys stay printable and
+/// the `{group}` hash tag is the only brace pair in a key).
+pub(crate) fn validate_prefix(prefix: &str) -> Result<()> {
+    let rule = if prefix.is_empty() {
+        Some("must not be empty")
+    } else if prefix.len() > MAX_GROUP_LEN {
+        Some("must be at most 128 bytes")
+    } else if !prefix.bytes().all(is_name_byte) {
+        Some("may contain only ASCII letters, digits and `.`, `_`, `:`, `-`")
+    } else {
+        None
+    };
+    match rule {
+        Some(rule) => Err(Error::Config {
+            field: "key_prefix",
+            rule: rule.to_owned(),
+        }),
+        None => Ok(()),
+    }
+}
+
+fn is_name_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-')
+}
+
+/// The keys of one group; all share the hash slot of `{group}`.
+#[derive(Debug, Clone)]
+pub(crate) struct GroupKeys {
+    /// Holds the leader's instance id, with the lease's TTL.
+    pub(crate) lease: String,
+    /// The last fencing token issued for the group (no TTL).
+    pub(crate) token: String,
+}
+
+impl GroupKeys {
+    pub(crate) fn new(prefix: &str, group: &str) -> Self {
+        Self {
+            lease: format!("{prefix}:{{{group}}}:lease"),
+            token: format!("{prefix}:{{{group}}}:token"),
+        }
+    }
+}
+
+/// The pub/sub channel on which releases of every group under `prefix` are announced.
+pub(crate) fn release_channel(prefix: &str) -> String {
+    format!("{prefix}:released")
+}
+
+/// A release notice's payload: `"<group> <instance id>"` (group names have no spaces).
+pub(crate) fn parse_notice(payload: &str) -> Option<(&str, &str)> {
+    payload.split_once(' ')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accepts_identifiers() {
+        for ok in ["a", "cleanup", "v1.2_x:y-z", &"x".repeat(128)] {
+            assert!(validate_group(ok).is_ok(), "{ok}");
+        }
+    }
+
+    #[test]
+    fn rejects_bad_names() {
+        for bad in [
+            "",
+            &"x".repeat(129),
+            "a{b",
+            "a}b",
+            "a b",
+            "a\nb",
+            "grüße",
+            "a\u{0}",
+        ] {
+            let err = validate_group(bad).unwrap_err();
+            assert!(matches!(err, Error::InvalidGroup { .. }), "{bad:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn keys_share_one_hash_tag() {
+        let keys = GroupKeys::new("leader", "cleanup");
+        assert_eq!(keys.lease, "leader:{cleanup}:lease");
+        assert_eq!(keys.token, "leader:{cleanup}:token");
+    }
+
+    #[test]
+    fn notice_payload_splits_at_first_space() {
+        assert_eq!(parse_notice("g host:1 x"), Some(("g", "host:1 x")));
+        assert_eq!(parse_notice("nospace"), None);
+    }
+}

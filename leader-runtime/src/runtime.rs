@@ -1,0 +1,400 @@
+//! The runtime: a registry of groups, each with its election task.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, PoisonError, RwLock, Weak};
+
+use tokio::runtime::Handle;
+use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::backend::{Backend, NoticeSink, RedisBackend};
+use crate::config::{BackendConfig, Config};
+use crate::election::{self, Callback, Ctx};
+use crate::events::Event;
+use crate::group::{self, Command, Group};
+use crate::lease::Lease;
+use crate::names::{release_channel, validate_group, GroupKeys};
+use crate::stats::Stats;
+use crate::{Error, Result};
+
+tokio::task_local! {
+    static CURRENT_RUNTIME: Runtime;
+}
+
+static NEXT_RUNTIME_ID: AtomicU64 = AtomicU64::new(1);
+
+/// One instance's view of every group: elections, local views, events.
+///
+/// The free functions ([`is_leader`](crate::is_leader), …) use the global
+/// runtime set by [`init`](crate::init); an explicit `Runtime` offers the same
+/// methods, so one process can host several instances (tests, demos).
+/// Cloning is cheap and shares the runtime. Dropping the last clone stops
+/// every election and releases the leases it holds (in background tasks);
+/// prefer [`shutdown`](Self::shutdown), which waits for that.
+///
+/// # Examples
+///
+/// ```
+/// use leader_runtime::{Config, MemoryBackend, Runtime};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), leader_runtime::Error> {
+/// let runtime = Runtime::new(Config::builder().memory(MemoryBackend::new()).build()?)?;
+/// let ran = runtime.run_if_leader("cleanup", || async { "purged" }).await;
+/// assert_eq!(ran, Some("purged"));
+/// assert!(runtime.is_leader("cleanup"));
+/// runtime.shutdown().await;
+/// assert!(!runtime.is_leader("cleanup"));
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct Runtime {
+    inner: Arc<Inner>,
+}
+
+/// Owner of the shared state; dropping it stops the elections.
+struct Inner {
+    id: u64,
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    ctx: Arc<Ctx>,
+    groups: RwLock<HashMap<Arc<str>, Arc<Group>>>,
+    handle: Handle,
+    tasks: TaskTracker,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.shared.ctx.stop.cancel();
+        self.shared.tasks.close();
+    }
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime")
+            .field("instance_id", &self.instance_id())
+            .field("config", &self.inner.shared.ctx.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Runtime {
+    /// Start a runtime (no network yet: groups start their elections on
+    /// first use).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NoTokioRuntime`] outside a tokio runtime;
+    /// [`Error::Config`] if the Redis URL is unusable.
+    pub fn new(config: Config) -> Result<Self> {
+        let handle = Handle::try_current().map_err(|_| Error::NoTokioRuntime)?;
+        let _guard = handle.enter();
+        let backend = match &config.backend {
+            BackendConfig::Redis { url } => {
+                Backend::Redis(RedisBackend::new(url, config.call_timeout)?)
+            }
+            BackendConfig::Memory(memory) => Backend::Memory(memory.clone()),
+        };
+        let (events, _) = broadcast::channel(1024);
+        let (callbacks, callback_rx) = mpsc::unbounded_channel();
+        let stop = CancellationToken::new();
+        let notices_up = Arc::new(AtomicBool::new(false));
+        let channel = release_channel(&config.key_prefix);
+        let ctx = Arc::new(Ctx {
+            backend: backend.clone(),
+            config: config.clone(),
+            events,
+            callbacks,
+            stop: stop.clone(),
+            notices_up: notices_up.clone(),
+            release_channel: channel.clone(),
+        });
+        let shared = Arc::new(Shared {
+            ctx,
+            groups: RwLock::new(HashMap::new()),
+            handle: handle.clone(),
+            tasks: TaskTracker::new(),
+        });
+        if config.on_elected.is_some() || config.on_lost.is_some() {
+            spawn_callback_thread(config.clone(), callback_rx);
+        }
+        backend.spawn_notices(
+            channel,
+            notice_sink(Arc::downgrade(&shared)),
+            notices_up,
+            config.retry_interval,
+            stop,
+        );
+        tracing::debug!(instance = %config.instance_id, ?config, "leader runtime started");
+        Ok(Self {
+            inner: Arc::new(Inner {
+                id: NEXT_RUNTIME_ID.fetch_add(1, Ordering::Relaxed),
+                shared,
+            }),
+        })
+    }
+
+    /// A process-unique id of this runtime (keys per-call-site caches).
+    pub(crate) fn id(&self) -> u64 {
+        self.inner.id
+    }
+
+    /// This instance's id, as stored in the leases it holds.
+    pub fn instance_id(&self) -> &str {
+        &self.inner.shared.ctx.config.instance_id
+    }
+
+    /// The configuration this runtime runs with.
+    pub fn config(&self) -> &Config {
+        &self.inner.shared.ctx.config
+    }
+
+    /// Whether this instance leads `group` right now. Sync and local: an
+    /// atomic compare against the clock, never a network call. The first call
+    /// naming a group starts its election (and returns false).
+    ///
+    /// An invalid group name is logged and answers false.
+    pub fn is_leader(&self, group: &str) -> bool {
+        match self.group(group) {
+            Ok(group) => group.is_leader(),
+            Err(e) => {
+                tracing::error!(error = %e, "is_leader: not leader");
+                false
+            }
+        }
+    }
+
+    /// Who leads `group`, asked of the backend (`None`: nobody).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidGroup`], or the backend's error or timeout.
+    pub async fn leader_id(&self, group: &str) -> Result<Option<String>> {
+        validate_group(group)?;
+        let ctx = &self.inner.shared.ctx;
+        let keys = GroupKeys::new(&ctx.config.key_prefix, group);
+        let limit = ctx.config.call_timeout;
+        match tokio::time::timeout(limit, ctx.backend.holder(group, &keys)).await {
+            Ok(r) => r,
+            Err(_) => Err(Error::Timeout {
+                group: group.to_owned(),
+                after: limit,
+            }),
+        }
+    }
+
+    /// Run `f` if this instance leads `group`: `Some(output)` when it ran,
+    /// `None` when not leader. The first call naming a group waits for its
+    /// first acquisition round (bounded by the call timeout).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future drops the body; the group's election goes on.
+    pub async fn run_if_leader<F, Fut>(&self, group: &str, f: F) -> Option<Fut::Output>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future,
+    {
+        let group = match self.ready_group(group).await {
+            Ok(group) => group,
+            Err(e) => {
+                tracing::error!(error = %e, "run_if_leader: body not run");
+                return None;
+            }
+        };
+        group.run(false, f()).await
+    }
+
+    /// Hand the lease of `group` to another instance: stop admitting gated
+    /// runs, wait for those in flight, release, and stay out of the race for
+    /// one `ttl` or until another instance released it. With no other
+    /// instance this one takes the lease back after that. A no-op when not
+    /// leader.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidGroup`]; [`Error::ShutDown`]; the backend's error if the
+    /// release failed (the view has ended anyway, and the lease expires by
+    /// itself within one `ttl`).
+    pub async fn step_down(&self, group: &str) -> Result<()> {
+        validate_group(group)?;
+        let Some(group) = self.registered(group) else {
+            return Ok(());
+        };
+        let (reply, answer) = oneshot::channel();
+        group
+            .commands
+            .send(Command::StepDown(reply))
+            .await
+            .map_err(|_| Error::ShutDown)?;
+        answer.await.map_err(|_| Error::ShutDown)?
+    }
+
+    /// The lease of the gated body running on this task (see
+    /// [`current_lease`](crate::current_lease)).
+    pub fn current_lease(&self) -> Option<Lease> {
+        group::current_lease()
+    }
+
+    /// Counters of `group` on this instance; `None` if the group was never used.
+    pub fn stats(&self, group: &str) -> Option<Stats> {
+        self.registered(group).map(|g| g.counters.snapshot())
+    }
+
+    /// Every transition of every group on this instance, from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<Event> {
+        self.inner.shared.ctx.events.subscribe()
+    }
+
+    /// Release every held lease (after draining gated runs) and stop all
+    /// elections. Later calls are not leader.
+    ///
+    /// # Cancel safety
+    ///
+    /// The stop is started at the first poll and goes on if this future is dropped.
+    pub async fn shutdown(&self) {
+        let shared = &self.inner.shared;
+        shared.ctx.stop.cancel();
+        shared.tasks.close();
+        shared.tasks.wait().await;
+    }
+
+    /// Make this runtime the current one for `fut`: gated functions and the
+    /// free functions called inside use it instead of the global runtime.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use leader_runtime::{leader_only, Config, MemoryBackend, Runtime};
+    ///
+    /// #[leader_only(group = "jobs")]
+    /// async fn job() -> &'static str { "ran" }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), leader_runtime::Error> {
+    /// let runtime = Runtime::new(Config::builder().memory(MemoryBackend::new()).build()?)?;
+    /// assert_eq!(runtime.scope(job()).await, Some("ran"));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn scope<F: Future>(&self, fut: F) -> impl Future<Output = F::Output> {
+        CURRENT_RUNTIME.scope(self.clone(), fut)
+    }
+
+    /// A registered group, or register it and start its election.
+    pub(crate) fn group(&self, name: &str) -> Result<Arc<Group>> {
+        if let Some(group) = self.registered(name) {
+            return Ok(group);
+        }
+        validate_group(name)?;
+        let shared = &self.inner.shared;
+        if shared.ctx.stop.is_cancelled() {
+            return Err(Error::ShutDown);
+        }
+        let mut groups = shared
+            .groups
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(group) = groups.get(name) {
+            return Ok(group.clone());
+        }
+        let name: Arc<str> = Arc::from(name);
+        let (commands, command_rx) = mpsc::channel(8);
+        let group = Arc::new(Group::new(name.clone(), commands));
+        groups.insert(name, group.clone());
+        shared.tasks.spawn_on(
+            election::run(group.clone(), shared.ctx.clone(), command_rx),
+            &shared.handle,
+        );
+        Ok(group)
+    }
+
+    /// The group, after its first acquisition round (bounded).
+    pub(crate) async fn ready_group(&self, name: &str) -> Result<Arc<Group>> {
+        let group = self.group(name)?;
+        let limit = self.inner.shared.ctx.config.call_timeout;
+        group.first_round(limit + limit / 2).await;
+        Ok(group)
+    }
+
+    fn registered(&self, name: &str) -> Option<Arc<Group>> {
+        self.inner
+            .shared
+            .groups
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(name)
+            .cloned()
+    }
+}
+
+/// The runtime made current by [`Runtime::scope`] on this task, if any.
+pub(crate) fn scoped() -> Option<Runtime> {
+    CURRENT_RUNTIME.try_with(Runtime::clone).ok()
+}
+
+/// The id of the scoped runtime, without cloning it.
+pub(crate) fn scoped_id() -> Option<u64> {
+    CURRENT_RUNTIME.try_with(Runtime::id).ok()
+}
+
+/// Route release notices to the waiting group (ignoring our own).
+fn notice_sink(shared: Weak<Shared>) -> NoticeSink {
+    Arc::new(move |group: &str, by: &str| {
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        if by == shared.ctx.config.instance_id {
+            return;
+        }
+        let group = shared
+            .groups
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(group)
+            .cloned();
+        if let Some(group) = group {
+            tracing::debug!(group = %group.name, by, "release notice");
+            group.released.notify_one();
+        }
+    })
+}
+
+/// Run user callbacks on a thread of their own, in order, so a slow or
+/// blocking callback never delays an election (not even on a current-thread
+/// tokio runtime). A panicking callback is logged and does not stop the others.
+/// The thread ends when the last election (the last sender) is gone.
+fn spawn_callback_thread(config: Config, mut rx: mpsc::UnboundedReceiver<Callback>) {
+    let spawned = std::thread::Builder::new()
+        .name("leader-callbacks".to_owned())
+        .spawn(move || run_callbacks(&config, &mut rx));
+    if let Err(e) = spawned {
+        tracing::error!(error = %e, "could not start the callback thread; on_elected/on_lost will not be called");
+    }
+}
+
+fn run_callbacks(config: &Config, rx: &mut mpsc::UnboundedReceiver<Callback>) {
+    while let Some(callback) = rx.blocking_recv() {
+        let outcome = match &callback {
+            Callback::Elected(group, lease) => match &config.on_elected {
+                Some(f) => catch_unwind(AssertUnwindSafe(|| f(group, lease))),
+                None => Ok(()),
+            },
+            Callback::Lost(group, reason) => match &config.on_lost {
+                Some(f) => catch_unwind(AssertUnwindSafe(|| f(group, *reason))),
+                None => Ok(()),
+            },
+        };
+        if outcome.is_err() {
+            tracing::error!("an on_elected/on_lost callback panicked");
+        }
+    }
+}
