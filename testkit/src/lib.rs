@@ -17,10 +17,12 @@
 #![forbid(unsafe_code)]
 
 mod process;
+mod proxy;
 mod redis_server;
 mod resp;
 mod rng;
 
 pub use process::{monotonic_now_ns, process_state, signal, ChildProcess, OutputLines, Signal};
+pub use proxy::{FaultProxy, Mode};
 pub use redis_server::{RedisServer, RedisServerBuilder};
 pub use resp::{Reply, RespConn};

@@ -1,0 +1,519 @@
+//! A fault-injecting TCP proxy for partitions and slow networks.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::io;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::rng::XorShift;
+
+/// Bytes read per chunk; each chunk is delayed as a unit.
+const CHUNK: usize = 16 * 1024;
+/// Chunks buffered per direction before the proxy stops reading (and TCP
+/// flow control pushes back on the sender).
+const QUEUE: usize = 64;
+
+/// What a [`FaultProxy`] does to the bytes of its connections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Mode {
+    /// Forward at once.
+    #[default]
+    Pass,
+    /// Hold every chunk for this long, in both directions.
+    Delay(Duration),
+    /// Hold every chunk for a random time in `min..=max`, in both directions.
+    Jitter {
+        /// Shortest hold.
+        min: Duration,
+        /// Longest hold.
+        max: Duration,
+    },
+    /// Deliver nothing, in either direction, while connections stay open.
+    Blackhole,
+}
+
+impl Mode {
+    /// How long a chunk with random `sample` is held; `None` = indefinitely.
+    fn hold(self, sample: u64) -> Option<Duration> {
+        match self {
+            Mode::Pass => Some(Duration::ZERO),
+            Mode::Delay(d) => Some(d),
+            Mode::Jitter { min, max } => {
+                let span = max.saturating_sub(min).as_nanos() as u64;
+                Some(min + Duration::from_nanos(sample % span.saturating_add(1)))
+            }
+            Mode::Blackhole => None,
+        }
+    }
+}
+
+/// A chunk read from one side, on its way to the other.
+struct Chunk {
+    data: Vec<u8>,
+    read_at: Instant,
+    sample: u64,
+}
+
+/// State shared by the proxy handle and its tasks.
+struct Shared {
+    upstream: SocketAddr,
+    refuse: AtomicBool,
+    accepted: AtomicU64,
+    /// Ids of the connections whose tasks are still running.
+    live: watch::Sender<BTreeSet<u64>>,
+}
+
+/// A TCP proxy on `127.0.0.1` that forwards to one upstream (a
+/// [`RedisServer`](crate::RedisServer)) and injects faults on command.
+///
+/// Give the code under test [`url`](Self::url) instead of the server's. The
+/// [`mode`](Mode) can be changed at any time and applies to live connections
+/// at once:
+///
+/// - [`pass`](Self::pass): forward bytes immediately.
+/// - [`delay`](Self::delay) / [`jitter`](Self::jitter): every chunk read from
+///   either side is held for a fixed or random time before it is written to
+///   the other side. Byte order per direction is always preserved (a chunk
+///   never overtakes an earlier one), and the hold is measured from when the
+///   proxy read the chunk, against the mode *at delivery time*: switching
+///   from a long delay back to `pass()` releases held bytes at once.
+/// - [`blackhole`](Self::blackhole): connections stay open, but nothing is
+///   delivered in either direction. Bytes are **buffered, not dropped**
+///   (up to about 1 MiB per direction in the proxy, then TCP flow control
+///   stalls the sender), and delivered in order when the mode changes —
+///   like a partition that heals before TCP gives up. New connections are
+///   accepted (and connected upstream) but black-holed too.
+///
+/// Independent of the mode, [`reset_all`](Self::reset_all) aborts every
+/// current connection with a TCP RST, and [`refuse`](Self::refuse) makes
+/// new connections be accepted and immediately reset.
+///
+/// Dropping the proxy stops it: the listener closes and every connection is
+/// reset.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn f() -> std::io::Result<()> {
+/// use std::time::Duration;
+/// use leader_testkit::{FaultProxy, RedisServer};
+///
+/// let server = RedisServer::start().await?;
+/// let proxy = FaultProxy::start(server.addr()).await?;
+/// let url = proxy.url(); // give this to the instance under test
+///
+/// proxy.delay(Duration::from_millis(200)); // slow network
+/// proxy.blackhole(); // partition
+/// proxy.pass(); // heal
+/// proxy.reset_all().await; // every connection sees ECONNRESET
+/// # Ok(()) }
+/// ```
+pub struct FaultProxy {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    mode: watch::Sender<Mode>,
+    /// Bumped by `reset_all`; dropping it (with the proxy) resets everything.
+    reset: watch::Sender<u64>,
+    accept_task: JoinHandle<()>,
+}
+
+impl fmt::Debug for FaultProxy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FaultProxy")
+            .field("addr", &self.addr)
+            .field("upstream", &self.shared.upstream)
+            .field("mode", &self.mode())
+            .field("refusing", &self.shared.refuse.load(Ordering::Relaxed))
+            .field("connections", &self.connections())
+            .finish()
+    }
+}
+
+impl FaultProxy {
+    /// Starts a proxy on a free `127.0.0.1` port, forwarding to `upstream`,
+    /// in [`Mode::Pass`].
+    ///
+    /// Must be called within a Tokio runtime; the proxy's tasks run on it.
+    ///
+    /// # Errors
+    ///
+    /// If the listening socket cannot be bound.
+    pub async fn start(upstream: SocketAddr) -> io::Result<FaultProxy> {
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await?;
+        let addr = listener.local_addr()?;
+        let shared = Arc::new(Shared {
+            upstream,
+            refuse: AtomicBool::new(false),
+            accepted: AtomicU64::new(0),
+            live: watch::Sender::new(BTreeSet::new()),
+        });
+        let (mode, mode_rx) = watch::channel(Mode::Pass);
+        let (reset, reset_rx) = watch::channel(0u64);
+        let accept_task = tokio::spawn(accept_loop(listener, shared.clone(), mode_rx, reset_rx));
+        Ok(FaultProxy {
+            addr,
+            shared,
+            mode,
+            reset,
+            accept_task,
+        })
+    }
+
+    /// The proxy's listening address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `redis://127.0.0.1:PORT` of the proxy.
+    pub fn url(&self) -> String {
+        format!("redis://{}", self.addr)
+    }
+
+    /// The address connections are forwarded to.
+    pub fn upstream(&self) -> SocketAddr {
+        self.shared.upstream
+    }
+
+    /// The current mode.
+    pub fn mode(&self) -> Mode {
+        *self.mode.borrow()
+    }
+
+    /// Switches to `mode`; see [`Mode`].
+    ///
+    /// # Panics
+    ///
+    /// If `mode` is a [`Mode::Jitter`] with `min > max`.
+    pub fn set_mode(&self, mode: Mode) {
+        if let Mode::Jitter { min, max } = mode {
+            assert!(min <= max, "jitter: min {min:?} > max {max:?}");
+        }
+        self.mode.send_replace(mode);
+    }
+
+    /// Forward bytes immediately (also releases black-holed and delayed
+    /// bytes).
+    pub fn pass(&self) {
+        self.set_mode(Mode::Pass);
+    }
+
+    /// Hold every chunk for `latency`, in both directions (a round trip
+    /// takes at least `2 × latency`).
+    pub fn delay(&self, latency: Duration) {
+        self.set_mode(Mode::Delay(latency));
+    }
+
+    /// Hold every chunk for a random time in `min..=max`, in both
+    /// directions, without reordering bytes.
+    ///
+    /// # Panics
+    ///
+    /// If `min > max`.
+    pub fn jitter(&self, min: Duration, max: Duration) {
+        self.set_mode(Mode::Jitter { min, max });
+    }
+
+    /// Deliver nothing in either direction until the mode changes; bytes
+    /// are buffered and delivered afterwards (see the type's docs).
+    pub fn blackhole(&self) {
+        self.set_mode(Mode::Blackhole);
+    }
+
+    /// Aborts every current connection with a TCP RST to both the client
+    /// and the upstream, and returns once they are all closed. Undelivered
+    /// bytes are discarded. Connections made afterwards work normally.
+    pub async fn reset_all(&self) {
+        let before: BTreeSet<u64> = self.shared.live.borrow().clone();
+        self.reset.send_modify(|epoch| *epoch += 1);
+        let mut live = self.shared.live.subscribe();
+        // `live` is never closed while `self.shared` exists.
+        let _ = live
+            .wait_for(|now| before.iter().all(|id| !now.contains(id)))
+            .await;
+    }
+
+    /// While `true`, new connections are accepted and immediately reset
+    /// (the upstream is not contacted); existing connections are not
+    /// affected.
+    pub fn refuse(&self, refuse: bool) {
+        self.shared.refuse.store(refuse, Ordering::SeqCst);
+    }
+
+    /// The number of connections currently open through the proxy.
+    pub fn connections(&self) -> usize {
+        self.shared.live.borrow().len()
+    }
+
+    /// Waits until exactly `n` connections are open through the proxy (e.g.
+    /// until a client reconnected after [`reset_all`](Self::reset_all)).
+    ///
+    /// # Errors
+    ///
+    /// `TimedOut` after `timeout`, with the current count in the message.
+    pub async fn wait_connections(&self, n: usize, timeout: Duration) -> io::Result<()> {
+        let mut live = self.shared.live.subscribe();
+        let reached = tokio::time::timeout(timeout, live.wait_for(|live| live.len() == n))
+            .await
+            .is_ok();
+        match reached {
+            true => Ok(()),
+            false => Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!(
+                    "{} connections open through the proxy after {timeout:?}, expected {n}",
+                    self.connections()
+                ),
+            )),
+        }
+    }
+
+    /// The number of connections accepted and forwarded so far (refused
+    /// ones not counted): a test can see that a client reconnected.
+    pub fn accepted(&self) -> u64 {
+        self.shared.accepted.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for FaultProxy {
+    fn drop(&mut self) {
+        // The connection tasks see `reset` and `mode` closed and reset their
+        // sockets; the listener goes with the accept task.
+        self.accept_task.abort();
+    }
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    mode: watch::Receiver<Mode>,
+    reset: watch::Receiver<u64>,
+) {
+    let mut next_id = 0u64;
+    let mut rng = XorShift::seeded();
+    loop {
+        let client = match listener.accept().await {
+            Ok((client, _)) => client,
+            // E.g. EMFILE: back off a little instead of spinning.
+            Err(_) => {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        if shared.refuse.load(Ordering::SeqCst) {
+            abort(&client);
+            continue;
+        }
+        let id = next_id;
+        next_id += 1;
+        shared.accepted.fetch_add(1, Ordering::SeqCst);
+        shared.live.send_modify(|live| {
+            live.insert(id);
+        });
+        let guard = LiveGuard {
+            id,
+            shared: shared.clone(),
+        };
+        let mut reset = reset.clone();
+        // Resets from before this connection existed do not concern it.
+        reset.borrow_and_update();
+        let seeds = (rng.next_u64(), rng.next_u64());
+        tokio::spawn(connect_and_pipe(
+            client,
+            shared.upstream,
+            mode.clone(),
+            reset,
+            guard,
+            seeds,
+        ));
+    }
+}
+
+/// Removes a connection from the live set once all its tasks are done.
+struct LiveGuard {
+    id: u64,
+    shared: Arc<Shared>,
+}
+
+impl Drop for LiveGuard {
+    fn drop(&mut self) {
+        self.shared.live.send_modify(|live| {
+            live.remove(&self.id);
+        });
+    }
+}
+
+/// SO_LINGER 0, so that closing the socket sends RST instead of FIN.
+fn abort(stream: &TcpStream) {
+    let _ = stream.set_zero_linger();
+}
+
+async fn connect_and_pipe(
+    client: TcpStream,
+    upstream: SocketAddr,
+    mode: watch::Receiver<Mode>,
+    mut reset: watch::Receiver<u64>,
+    guard: LiveGuard,
+    seeds: (u64, u64),
+) {
+    let server = tokio::select! {
+        server = TcpStream::connect(upstream) => server,
+        _ = reset.changed() => Err(io::Error::other("reset while connecting")),
+    };
+    let server = match server {
+        Ok(server) => server,
+        Err(_) => {
+            abort(&client);
+            return;
+        }
+    };
+    let _ = client.set_nodelay(true);
+    let _ = server.set_nodelay(true);
+    let (client_rd, client_wr) = client.into_split();
+    let (server_rd, server_wr) = server.into_split();
+    let (to_server, from_client) = mpsc::channel(QUEUE);
+    let (to_client, from_server) = mpsc::channel(QUEUE);
+    let pipes = [
+        tokio::spawn(reader(
+            client_rd,
+            to_server,
+            reset.clone(),
+            XorShift::new(seeds.0),
+        )),
+        tokio::spawn(writer(server_wr, from_client, mode.clone(), reset.clone())),
+        tokio::spawn(reader(
+            server_rd,
+            to_client,
+            reset.clone(),
+            XorShift::new(seeds.1),
+        )),
+        tokio::spawn(writer(client_wr, from_server, mode, reset)),
+    ];
+    for pipe in pipes {
+        let _ = pipe.await;
+    }
+    drop(guard);
+}
+
+/// Reads chunks from one side and queues them for the writer of the other.
+/// Ends on EOF or error (the writer then half-closes its side) or on reset.
+async fn reader(
+    mut rd: OwnedReadHalf,
+    queue: mpsc::Sender<Chunk>,
+    mut reset: watch::Receiver<u64>,
+    mut rng: XorShift,
+) {
+    loop {
+        let mut data = vec![0; CHUNK];
+        tokio::select! {
+            read = rd.read(&mut data) => match read {
+                Ok(0) | Err(_) => return,
+                Ok(n) => {
+                    data.truncate(n);
+                    let chunk = Chunk { data, read_at: Instant::now(), sample: rng.next_u64() };
+                    tokio::select! {
+                        sent = queue.send(chunk) => if sent.is_err() { return },
+                        _ = reset.changed() => { abort(rd.as_ref()); return }
+                    }
+                }
+            },
+            _ = reset.changed() => { abort(rd.as_ref()); return }
+        }
+    }
+}
+
+/// Writes queued chunks to one side when the mode lets them through, in
+/// order.
+async fn writer(
+    mut wr: OwnedWriteHalf,
+    mut queue: mpsc::Receiver<Chunk>,
+    mut mode: watch::Receiver<Mode>,
+    mut reset: watch::Receiver<u64>,
+) {
+    // On reset: RST (not FIN), so the peer sees ECONNRESET.
+    let reset_and_close = |wr: OwnedWriteHalf| {
+        abort(wr.as_ref());
+        wr.forget();
+    };
+    loop {
+        let chunk = tokio::select! {
+            chunk = queue.recv() => chunk,
+            _ = reset.changed() => return reset_and_close(wr),
+        };
+        let Some(chunk) = chunk else {
+            // The other side finished sending: pass the FIN on.
+            let _ = wr.shutdown().await;
+            return;
+        };
+        // Wait until the mode (as it is now, and as it changes) releases it.
+        loop {
+            let current = *mode.borrow_and_update();
+            let deadline = current.hold(chunk.sample).map(|hold| chunk.read_at + hold);
+            if matches!(deadline, Some(d) if d <= Instant::now()) {
+                break;
+            }
+            let expired = async {
+                match deadline {
+                    Some(d) => tokio::time::sleep_until(d).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = expired => break,
+                changed = mode.changed() => if changed.is_err() { return reset_and_close(wr) },
+                _ = reset.changed() => return reset_and_close(wr),
+            }
+        }
+        tokio::select! {
+            written = wr.write_all(&chunk.data) => if written.is_err() { return },
+            _ = reset.changed() => return reset_and_close(wr),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hold_per_mode() {
+        let ms = Duration::from_millis;
+        assert_eq!(Mode::Pass.hold(7), Some(Duration::ZERO));
+        assert_eq!(Mode::Delay(ms(30)).hold(7), Some(ms(30)));
+        assert_eq!(Mode::Blackhole.hold(7), None);
+        let jitter = Mode::Jitter {
+            min: ms(10),
+            max: ms(20),
+        };
+        let mut rng = XorShift::new(1);
+        let holds: Vec<Duration> = (0..1000)
+            .map(|_| jitter.hold(rng.next_u64()).unwrap())
+            .collect();
+        assert!(holds.iter().all(|h| (ms(10)..=ms(20)).contains(h)));
+        assert!(holds.iter().any(|h| *h < ms(12)) && holds.iter().any(|h| *h > ms(18)));
+        let fixed = Mode::Jitter {
+            min: ms(5),
+            max: ms(5),
+        };
+        assert_eq!(fixed.hold(u64::MAX), Some(ms(5)));
+    }
+
+    #[tokio::test]
+    #[should_panic(expected = "jitter: min")]
+    async fn jitter_rejects_min_above_max() {
+        let proxy = FaultProxy::start("127.0.0.1:9".parse().unwrap())
+            .await
+            .unwrap();
+        proxy.jitter(Duration::from_millis(2), Duration::from_millis(1));
+    }
+}
