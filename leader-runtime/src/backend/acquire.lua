@@ -7,6 +7,8 @@
 --                             was missing (first election ever, or Redis lost its data)
 --          {0, holder, pttl}  another instance holds it for pttl more ms
 --                             (pttl < 0: the key has no expiry)
+-- Redis < 5 needs this to write after reading TIME; later versions ignore it.
+if redis.replicate_commands then redis.replicate_commands() end
 local holder = redis.call('GET', KEYS[1])
 if holder and holder ~= ARGV[1] then
   return {0, holder, redis.call('PTTL', KEYS[1])}
