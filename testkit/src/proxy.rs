@@ -367,8 +367,9 @@ async fn connect_and_pipe(
     seeds: (u64, u64),
 ) {
     let server = tokio::select! {
-        server = TcpStream::connect(upstream) => server,
+        biased;
         _ = reset.changed() => Err(io::Error::other("reset while connecting")),
+        server = TcpStream::connect(upstream) => server,
     };
     let server = match server {
         Ok(server) => server,
@@ -413,21 +414,28 @@ async fn reader(
     mut reset: watch::Receiver<u64>,
     mut rng: XorShift,
 ) {
+    // `biased` everywhere: a reset wins over whatever else is ready.
     loop {
         let mut data = vec![0; CHUNK];
+        let read = tokio::select! {
+            biased;
+            _ = reset.changed() => return abort(rd.as_ref()),
+            read = rd.read(&mut data) => read,
+        };
+        let n = match read {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        data.truncate(n);
+        let chunk = Chunk {
+            data,
+            read_at: Instant::now(),
+            sample: rng.next_u64(),
+        };
         tokio::select! {
-            read = rd.read(&mut data) => match read {
-                Ok(0) | Err(_) => return,
-                Ok(n) => {
-                    data.truncate(n);
-                    let chunk = Chunk { data, read_at: Instant::now(), sample: rng.next_u64() };
-                    tokio::select! {
-                        sent = queue.send(chunk) => if sent.is_err() { return },
-                        _ = reset.changed() => { abort(rd.as_ref()); return }
-                    }
-                }
-            },
-            _ = reset.changed() => { abort(rd.as_ref()); return }
+            biased;
+            _ = reset.changed() => return abort(rd.as_ref()),
+            sent = queue.send(chunk) => if sent.is_err() { return },
         }
     }
 }
@@ -447,10 +455,16 @@ async fn writer(
     };
     loop {
         let chunk = tokio::select! {
-            chunk = queue.recv() => chunk,
+            biased;
             _ = reset.changed() => return reset_and_close(wr),
+            chunk = queue.recv() => chunk,
         };
         let Some(chunk) = chunk else {
+            // The reader of the other side stops on a reset too; that is not
+            // an end of stream to pass on.
+            if !matches!(reset.has_changed(), Ok(false)) {
+                return reset_and_close(wr);
+            }
             // The other side finished sending: pass the FIN on.
             let _ = wr.shutdown().await;
             return;
@@ -469,14 +483,16 @@ async fn writer(
                 }
             };
             tokio::select! {
-                _ = expired => break,
-                changed = mode.changed() => if changed.is_err() { return reset_and_close(wr) },
+                biased;
                 _ = reset.changed() => return reset_and_close(wr),
+                changed = mode.changed() => if changed.is_err() { return reset_and_close(wr) },
+                _ = expired => break,
             }
         }
         tokio::select! {
-            written = wr.write_all(&chunk.data) => if written.is_err() { return },
+            biased;
             _ = reset.changed() => return reset_and_close(wr),
+            written = wr.write_all(&chunk.data) => if written.is_err() { return },
         }
     }
 }
