@@ -443,8 +443,10 @@ mod tests {
     }
 
     #[test]
-    fn process_state_of_self_is_running() {
-        assert_eq!(process_state(std::process::id()), Some('R'));
+    fn process_state_of_self_and_of_nobody() {
+        // The main thread of the test harness may be running or waiting.
+        let state = process_state(std::process::id());
+        assert!(matches!(state, Some('R' | 'S')), "{state:?}");
         assert_eq!(process_state(u32::MAX), None);
     }
 }
