@@ -40,7 +40,12 @@ impl RedisBackend {
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(call_timeout))
             .set_response_timeout(Some(call_timeout))
-            .set_number_of_retries(1)
+            // One connection attempt per call: a failed call fails at once,
+            // and the election's own pacing (retry_interval, the leader's
+            // quick renew retries) decides when to try again. The manager's
+            // own retries sleep 100 ms or more inside the call, which delays
+            // the first acquisition after Redis returns.
+            .set_number_of_retries(0)
             .set_max_delay(call_timeout);
         let conn = ConnectionManager::new_lazy_with_config(client.clone(), config)
             .map_err(|e| backend_err("*", &e))?;
