@@ -1,0 +1,414 @@
+//! One instance of a fleet, for the multi-process and chaos tests.
+//!
+//! It joins the `chaos` group (or `GROUP`) against Redis, calls a gated
+//! function on every tick, and prints one machine-readable line per event to
+//! stdout (flushed per line), with times in `CLOCK_MONOTONIC` nanoseconds so
+//! that the lines of every process on the machine can be compared:
+//!
+//! ```text
+//! ready <instance_id> <pid> <at_ns>
+//! elected <token> <valid_until_ns> <at_ns>
+//! renewed <token> <valid_until_ns> <at_ns>
+//! lost <token> <reason> <at_ns>
+//! begin <token> <start_ns>                      a gated body started
+//! write <token> <believed> <ok|stale|error> <start_ns> <end_ns>
+//! run <token> <start_ns> <end_ns>               a gated body finished
+//! backend_error <at_ns> <message>
+//! stats <elected> <acquire_attempts> <renewals> <renew_failures> <at_ns>
+//! exit <at_ns>
+//! ```
+//!
+//! `at_ns` is when this process printed the line. The library's own log
+//! (`tracing`) goes to stderr.
+//!
+//! Environment:
+//!
+//! | variable | meaning | default |
+//! | --- | --- | --- |
+//! | `LEADER_REDIS_URL` | Redis to elect on | required |
+//! | `INSTANCE_ID` | the instance id in the lease | `instance-<pid>` |
+//! | `TTL_MS`, `RENEW_MS`, `RETRY_MS`, `CALL_TIMEOUT_MS` | [`Config`] | 1000, 200, 200, library default |
+//! | `GROUP` | the group | `chaos` (through `#[leader_only]`) |
+//! | `TICK_MS` | how often the gated function is called | 50 |
+//! | `BODY_MS` | how long a gated body works before its write | 10 |
+//! | `STORE_ADDR` | `host:port` of a fenced store to write to from each body | none |
+//! | `STATS_MS` | print a `stats` line this often | never |
+//!
+//! On SIGTERM it calls `leader_runtime::shutdown()` (which drains gated runs
+//! and releases the lease), prints the last events and `exit`, and exits 0.
+//!
+//! The process runs a current-thread tokio runtime on purpose: the election
+//! publishes a new view and sends its `Elected` event without an `.await` in
+//! between, so on one thread no gated body can start between the two. Every
+//! body first prints the events pending on this process, so an `elected`
+//! line always precedes (in order and in time) the runs of its leadership.
+
+use std::io::Write;
+use std::sync::{Mutex, OnceLock, PoisonError};
+use std::time::Duration;
+
+use leader_runtime::{leader_only, Config, Event};
+use nix::time::{clock_gettime, ClockId};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpStream;
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::broadcast;
+
+/// The group of the attribute; `GROUP` set to anything else uses `run_if_leader`.
+const DEFAULT_GROUP: &str = "chaos";
+
+fn main() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build();
+    let code = match runtime {
+        Ok(rt) => rt.block_on(instance()),
+        Err(e) => {
+            eprintln!("leader-instance: cannot start tokio: {e}");
+            2
+        }
+    };
+    std::process::exit(code);
+}
+
+/// Nanoseconds on `CLOCK_MONOTONIC`, the clock every process on the machine shares.
+fn monotonic_now_ns() -> u64 {
+    match clock_gettime(ClockId::CLOCK_MONOTONIC) {
+        // Both fields are non-negative for CLOCK_MONOTONIC.
+        Ok(ts) => ts.tv_sec() as u64 * 1_000_000_000 + ts.tv_nsec() as u64,
+        Err(e) => {
+            eprintln!("leader-instance: clock_gettime(CLOCK_MONOTONIC): {e}");
+            std::process::exit(3)
+        }
+    }
+}
+
+/// Converts tokio/std `Instant`s into `CLOCK_MONOTONIC` nanoseconds.
+///
+/// On Linux, `std::time::Instant` is read with `clock_gettime(CLOCK_MONOTONIC)`
+/// (and `tokio::time::Instant` wraps it when time is not paused), so an
+/// `Instant` and the raw clock differ by a constant that std just does not
+/// expose. We sample both once, reading the raw clock just before and just
+/// after `Instant::now()`, and take the midpoint as the raw value of that
+/// `Instant`: the conversion is then exact up to half the sampling gap (well
+/// under a microsecond) and never drifts, since both read the same clock.
+#[derive(Clone, Copy)]
+struct Clock {
+    base: std::time::Instant,
+    base_ns: u64,
+}
+
+impl Clock {
+    fn sample() -> Self {
+        let before = monotonic_now_ns();
+        let base = std::time::Instant::now();
+        let after = monotonic_now_ns();
+        Clock {
+            base,
+            base_ns: before + (after - before) / 2,
+        }
+    }
+
+    fn ns(&self, t: tokio::time::Instant) -> u64 {
+        let t = t.into_std();
+        if t >= self.base {
+            self.base_ns + (t - self.base).as_nanos() as u64
+        } else {
+            self.base_ns
+                .saturating_sub((self.base - t).as_nanos() as u64)
+        }
+    }
+}
+
+/// Prints event lines, draining the runtime's event channel first so lines
+/// stay in the order things happened.
+struct Log {
+    clock: Clock,
+    group: String,
+    events: Mutex<broadcast::Receiver<Event>>,
+}
+
+static LOG: OnceLock<Log> = OnceLock::new();
+
+fn line(text: std::fmt::Arguments<'_>) {
+    let mut out = std::io::stdout().lock();
+    // A closed stdout (the test harness went away) must not kill the instance.
+    let _ = out.write_fmt(text);
+    let _ = out.write_all(b"\n");
+    let _ = out.flush();
+}
+
+impl Log {
+    /// Print every event received so far.
+    fn drain(&self) {
+        let mut events = self.events.lock().unwrap_or_else(PoisonError::into_inner);
+        loop {
+            match events.try_recv() {
+                Ok(event) => self.print(&event),
+                Err(broadcast::error::TryRecvError::Lagged(n)) => {
+                    // Never expected (the channel holds 1024); a checker must not trust this log.
+                    line(format_args!("lagged {n} {}", monotonic_now_ns()));
+                }
+                Err(_) => return,
+            }
+        }
+    }
+
+    fn print(&self, event: &Event) {
+        if event.group() != self.group {
+            return;
+        }
+        let at = monotonic_now_ns();
+        match event {
+            Event::Elected {
+                token, valid_until, ..
+            } => line(format_args!(
+                "elected {token} {} {at}",
+                self.clock.ns(*valid_until)
+            )),
+            Event::Renewed {
+                token, valid_until, ..
+            } => line(format_args!(
+                "renewed {token} {} {at}",
+                self.clock.ns(*valid_until)
+            )),
+            Event::Lost { token, reason, .. } => line(format_args!("lost {token} {reason} {at}")),
+            Event::BackendError { message, .. } => {
+                let message = message.replace('\n', " ");
+                line(format_args!("backend_error {at} {message}"));
+            }
+            _ => {}
+        }
+    }
+}
+
+fn log() -> &'static Log {
+    // Set in `instance` before any gated call.
+    LOG.get().unwrap_or_else(|| std::process::exit(4))
+}
+
+/// A connection to the fenced store, opened on first use.
+static STORE: tokio::sync::Mutex<Option<BufReader<TcpStream>>> =
+    tokio::sync::Mutex::const_new(None);
+
+/// Write to the fenced store with `token`: `W <token> <instance> <start_ns>`,
+/// answered by `OK` or `STALE <last>`.
+async fn store_write(addr: &str, instance: &str, token: u64, start_ns: u64) -> &'static str {
+    let mut conn = STORE.lock().await;
+    for _attempt in 0..2 {
+        if conn.is_none() {
+            match TcpStream::connect(addr).await {
+                Ok(stream) => *conn = Some(BufReader::new(stream)),
+                Err(_) => return "error",
+            }
+        }
+        let Some(stream) = conn.as_mut() else {
+            return "error";
+        };
+        let request = format!("W {token} {instance} {start_ns}\n");
+        let mut reply = String::new();
+        let ok = stream.get_mut().write_all(request.as_bytes()).await.is_ok()
+            && stream.read_line(&mut reply).await.is_ok_and(|n| n > 0);
+        if ok {
+            return if reply.starts_with("OK") {
+                "ok"
+            } else if reply.starts_with("STALE") {
+                "stale"
+            } else {
+                "error"
+            };
+        }
+        *conn = None; // reconnect once
+    }
+    "error"
+}
+
+struct Settings {
+    instance_id: String,
+    body: Duration,
+    store: Option<String>,
+}
+
+static SETTINGS: OnceLock<Settings> = OnceLock::new();
+
+/// The gated body: note the start, "work" for `BODY_MS`, then write to the
+/// fenced store (if any) with this leadership's token — without checking
+/// again whether we still lead, as a naive job would; the store's fencing
+/// is what protects it. Returns the token and the start time.
+async fn body() -> (u64, u64) {
+    // Every event up to now (our `elected` first of all) is printed before
+    // the run's start time is taken.
+    log().drain();
+    let start = monotonic_now_ns();
+    let Some(lease) = leader_runtime::current_lease() else {
+        line(format_args!("error gated body without a lease {start}"));
+        return (0, start);
+    };
+    let token = lease.token();
+    line(format_args!("begin {token} {start}"));
+    let settings = SETTINGS.get().unwrap_or_else(|| std::process::exit(4));
+    tokio::time::sleep(settings.body).await;
+    if let Some(addr) = &settings.store {
+        let write_start = monotonic_now_ns();
+        let believed = u8::from(lease.is_valid());
+        let result = store_write(addr, &settings.instance_id, token, write_start).await;
+        let write_end = monotonic_now_ns();
+        line(format_args!(
+            "write {token} {believed} {result} {write_start} {write_end}"
+        ));
+    }
+    (token, start)
+}
+
+#[leader_only(group = "chaos")]
+async fn gated_chaos() -> (u64, u64) {
+    body().await
+}
+
+async fn tick(group: &str) {
+    let ran = if group == DEFAULT_GROUP {
+        gated_chaos().await
+    } else {
+        leader_runtime::run_if_leader(group, body).await
+    };
+    if let Some((token, start)) = ran {
+        log().drain();
+        let end = monotonic_now_ns();
+        line(format_args!("run {token} {start} {end}"));
+    }
+}
+
+fn env_ms(name: &str, default: Option<u64>) -> Result<Option<Duration>, String> {
+    match std::env::var(name) {
+        Ok(v) => v
+            .parse::<u64>()
+            .map(|ms| Some(Duration::from_millis(ms)))
+            .map_err(|e| format!("{name}={v:?}: {e}")),
+        Err(_) => Ok(default.map(Duration::from_millis)),
+    }
+}
+
+fn print_stats(group: &str) {
+    if let Some(s) = leader_runtime::stats(group) {
+        line(format_args!(
+            "stats {} {} {} {} {}",
+            s.elected,
+            s.acquire_attempts,
+            s.renewals,
+            s.renew_failures,
+            monotonic_now_ns()
+        ));
+    }
+}
+
+async fn instance() -> i32 {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    match run().await {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("leader-instance: {e}");
+            1
+        }
+    }
+}
+
+async fn run() -> Result<(), String> {
+    let url = std::env::var("LEADER_REDIS_URL").map_err(|_| "LEADER_REDIS_URL is not set")?;
+    let instance_id =
+        std::env::var("INSTANCE_ID").unwrap_or_else(|_| format!("instance-{}", std::process::id()));
+    let group = std::env::var("GROUP").unwrap_or_else(|_| DEFAULT_GROUP.to_owned());
+    let tick_every = env_ms("TICK_MS", Some(50))?.unwrap_or_default();
+    let stats_every = env_ms("STATS_MS", None)?;
+    let mut config = Config::builder()
+        .redis_url(url)
+        .instance_id(instance_id.clone())
+        .ttl(env_ms("TTL_MS", Some(1000))?.unwrap_or_default())
+        .renew_interval(env_ms("RENEW_MS", Some(200))?.unwrap_or_default())
+        .retry_interval(env_ms("RETRY_MS", Some(200))?.unwrap_or_default());
+    if let Some(timeout) = env_ms("CALL_TIMEOUT_MS", None)? {
+        config = config.call_timeout(timeout);
+    }
+    let config = config.build().map_err(|e| e.to_string())?;
+    let _ = SETTINGS.set(Settings {
+        instance_id: instance_id.clone(),
+        body: env_ms("BODY_MS", Some(10))?.unwrap_or_default(),
+        store: std::env::var("STORE_ADDR").ok(),
+    });
+    let mut sigterm =
+        signal(SignalKind::terminate()).map_err(|e| format!("SIGTERM handler: {e}"))?;
+    leader_runtime::init(config).map_err(|e| e.to_string())?;
+    let events = leader_runtime::subscribe();
+    let log = LOG.get_or_init(|| Log {
+        clock: Clock::sample(),
+        group: group.clone(),
+        events: Mutex::new(events),
+    });
+    // A second subscription only to be woken when events arrive; the lines
+    // are printed from `log.events` so that every path prints in order.
+    let mut wake = leader_runtime::subscribe();
+    line(format_args!(
+        "ready {instance_id} {} {}",
+        std::process::id(),
+        monotonic_now_ns()
+    ));
+
+    // Gated calls on their own task, so events keep being printed while a
+    // body runs (and a body is never dropped half-way by another branch).
+    let ticker_group = group.clone();
+    let ticker = tokio::spawn(async move {
+        let mut ticks = tokio::time::interval(tick_every);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticks.tick().await;
+            tick(&ticker_group).await;
+        }
+    });
+    let stats_group = group.clone();
+    let stats = stats_every.map(|every| {
+        tokio::spawn(async move {
+            let mut ticks = tokio::time::interval(every);
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                ticks.tick().await;
+                print_stats(&stats_group);
+            }
+        })
+    });
+    loop {
+        tokio::select! {
+            _ = sigterm.recv() => break,
+            woke = wake.recv() => {
+                if let Err(broadcast::error::RecvError::Closed) = woke {
+                    break;
+                }
+                log.drain();
+            }
+        }
+    }
+
+    // Graceful stop: shut down (drain gated runs, release the lease) while
+    // still printing events as they happen, so `lost` is logged before the
+    // release reaches Redis.
+    let mut shutdown = tokio::spawn(leader_runtime::shutdown());
+    loop {
+        tokio::select! {
+            _ = &mut shutdown => break,
+            _ = wake.recv() => log.drain(),
+        }
+    }
+    ticker.abort();
+    if let Some(stats) = stats {
+        stats.abort();
+    }
+    log.drain();
+    print_stats(&group);
+    line(format_args!("exit {}", monotonic_now_ns()));
+    Ok(())
+}
