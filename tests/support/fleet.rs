@@ -1,0 +1,534 @@
+//! A fleet of `leader-instance` processes against one real `redis-server`,
+//! optionally each behind its own [`FaultProxy`], with a fenced store.
+
+use std::fmt::Write as _;
+use std::io;
+use std::time::Duration;
+
+use leader_testkit::{monotonic_now_ns, ChildProcess, FaultProxy, RedisServer};
+use tokio::process::Command;
+use tokio::task::JoinSet;
+
+use super::checker::{parse_line, History, Line, ProcessLog};
+use super::store::FencedStore;
+
+/// The instance binary of this package.
+pub const INSTANCE_BIN: &str = env!("CARGO_BIN_EXE_leader-instance");
+
+/// How an instance process is configured (see the binary's docs).
+#[derive(Debug, Clone)]
+pub struct FleetConfig {
+    pub instances: usize,
+    pub ttl: Duration,
+    pub renew: Duration,
+    pub retry: Duration,
+    pub call_timeout: Option<Duration>,
+    pub tick: Duration,
+    pub body: Duration,
+    /// Each instance reaches Redis only through its own [`FaultProxy`].
+    pub proxied: bool,
+    /// Start a [`FencedStore`] and have every gated body write to it.
+    pub store: bool,
+    pub env: Vec<(String, String)>,
+}
+
+impl FleetConfig {
+    /// Three instances, ttl 1 s, renew 200 ms, retry 100 ms, a 700 ms call
+    /// timeout (so a round trip of ttl/2 still succeeds), a tick every 50 ms,
+    /// bodies of 10 ms.
+    ///
+    /// Retry below renew: after Redis returns, a follower's next attempt
+    /// comes within `retry`, and the safe start after data loss adds one
+    /// ttl, so the group leads again within ttl + renew.
+    pub fn new() -> Self {
+        Self::with_ttl(Duration::from_secs(1))
+    }
+
+    /// As [`new`](Self::new), with every timing scaled to `ttl`.
+    pub fn with_ttl(ttl: Duration) -> Self {
+        FleetConfig {
+            instances: 3,
+            ttl,
+            renew: ttl / 5,
+            retry: ttl / 10,
+            call_timeout: Some(ttl * 7 / 10),
+            tick: Duration::from_millis(50),
+            body: Duration::from_millis(10),
+            proxied: false,
+            store: false,
+            env: Vec::new(),
+        }
+    }
+
+    pub fn proxied(mut self) -> Self {
+        self.proxied = true;
+        self
+    }
+
+    pub fn with_store(mut self) -> Self {
+        self.store = true;
+        self
+    }
+
+    pub fn env(mut self, key: &str, value: &str) -> Self {
+        self.env.push((key.to_owned(), value.to_owned()));
+        self
+    }
+}
+
+/// The command that starts one instance named `name` on `url`.
+pub fn instance_command(cfg: &FleetConfig, name: &str, url: &str, store: Option<&str>) -> Command {
+    let mut cmd = Command::new(INSTANCE_BIN);
+    let ms = |d: Duration| d.as_millis().to_string();
+    cmd.env("LEADER_REDIS_URL", url)
+        .env("INSTANCE_ID", name)
+        .env("TTL_MS", ms(cfg.ttl))
+        .env("RENEW_MS", ms(cfg.renew))
+        .env("RETRY_MS", ms(cfg.retry))
+        .env("TICK_MS", ms(cfg.tick))
+        .env("BODY_MS", ms(cfg.body))
+        .env("RUST_LOG", "info")
+        .env_remove("REDIS_URL")
+        .env_remove("GROUP");
+    if let Some(t) = cfg.call_timeout {
+        cmd.env("CALL_TIMEOUT_MS", ms(t));
+    }
+    if let Some(store) = store {
+        cmd.env("STORE_ADDR", store);
+    }
+    for (k, v) in &cfg.env {
+        cmd.env(k, v);
+    }
+    cmd
+}
+
+/// One instance process (a slot is re-filled with a new process, under a
+/// new name, after a kill or stop).
+pub struct Member {
+    pub name: String,
+    pub slot: usize,
+    pub child: ChildProcess,
+}
+
+impl Member {
+    pub fn lines(&self) -> Vec<String> {
+        self.child.stdout().snapshot()
+    }
+
+    /// Waits for a line at index `from` or later that parses and satisfies
+    /// `pred`; returns its index and the parsed line.
+    pub async fn wait_line(
+        &self,
+        from: usize,
+        mut pred: impl FnMut(&Line) -> bool,
+        timeout: Duration,
+    ) -> io::Result<(usize, Line)> {
+        let (i, raw) = self
+            .child
+            .stdout()
+            .wait_for_from(from, |l| parse_line(l).is_some_and(|p| pred(&p)), timeout)
+            .await?;
+        Ok((i, parse_line(&raw).expect("matched lines parse")))
+    }
+}
+
+/// The index of the first line printed at or after `t_ns` (lines are in
+/// time order; lines without a time are included).
+pub fn index_after(lines: &[String], t_ns: u64) -> usize {
+    let mut i = lines.len();
+    while i > 0 {
+        match parse_line(&lines[i - 1]) {
+            Some(l) if l.time() < t_ns => break,
+            _ => i -= 1,
+        }
+    }
+    i
+}
+
+pub struct Fleet {
+    pub cfg: FleetConfig,
+    pub redis: RedisServer,
+    /// One per slot when [`FleetConfig::proxied`].
+    pub proxies: Vec<FaultProxy>,
+    pub store: Option<FencedStore>,
+    /// Every process ever started, in order.
+    members: Vec<Member>,
+    /// Per slot: the index in `members` of its current process (`None`
+    /// while the slot is empty).
+    live: Vec<Option<usize>>,
+    /// Per member index: the intervals it was stopped (SIGSTOP to SIGCONT).
+    pub pauses: Vec<(usize, u64, u64)>,
+    generation: usize,
+}
+
+impl Fleet {
+    /// Starts Redis, the proxies and store if configured, and every
+    /// instance; waits until each printed `ready`.
+    pub async fn start(cfg: FleetConfig) -> Fleet {
+        let redis = RedisServer::start().await.expect("redis-server starts");
+        Self::start_on(cfg, redis).await
+    }
+
+    pub async fn start_on(cfg: FleetConfig, redis: RedisServer) -> Fleet {
+        let mut proxies = Vec::new();
+        if cfg.proxied {
+            for _ in 0..cfg.instances {
+                proxies.push(FaultProxy::start(redis.addr()).await.expect("proxy starts"));
+            }
+        }
+        let store = if cfg.store {
+            Some(FencedStore::start().await.expect("store starts"))
+        } else {
+            None
+        };
+        let mut fleet = Fleet {
+            live: vec![None; cfg.instances],
+            cfg,
+            redis,
+            proxies,
+            store,
+            members: Vec::new(),
+            pauses: Vec::new(),
+            generation: 0,
+        };
+        for slot in 0..fleet.cfg.instances {
+            fleet.spawn(slot);
+        }
+        for slot in 0..fleet.cfg.instances {
+            fleet.wait_ready(slot).await;
+        }
+        fleet
+    }
+
+    /// The lease key of the fleet's group.
+    pub fn lease_key(&self) -> &'static str {
+        "leader:{chaos}:lease"
+    }
+
+    /// The Redis URL instances of `slot` use.
+    pub fn url_for(&self, slot: usize) -> String {
+        match self.proxies.get(slot) {
+            Some(proxy) => proxy.url(),
+            None => self.redis.url(),
+        }
+    }
+
+    /// Starts a new process in `slot` (which must be empty or about to be
+    /// replaced), named `i<slot>-<generation>`.
+    pub fn spawn(&mut self, slot: usize) -> &Member {
+        self.generation += 1;
+        let name = format!("i{slot}-{}", self.generation);
+        let store = self.store.as_ref().map(|s| s.addr().to_string());
+        let cmd = instance_command(&self.cfg, &name, &self.url_for(slot), store.as_deref());
+        let child = ChildProcess::spawn(cmd).expect("leader-instance spawns");
+        self.members.push(Member { name, slot, child });
+        self.live[slot] = Some(self.members.len() - 1);
+        self.members.last().expect("just pushed")
+    }
+
+    pub async fn wait_ready(&self, slot: usize) {
+        let member = self.member(slot);
+        if let Err(e) = member
+            .wait_line(
+                0,
+                |l| matches!(l, Line::Ready { .. }),
+                Duration::from_secs(20),
+            )
+            .await
+        {
+            self.fail(format!("{} not ready: {e}", member.name));
+        }
+    }
+
+    /// The current process of `slot`.
+    pub fn member(&self, slot: usize) -> &Member {
+        let i = self.live[slot].unwrap_or_else(|| panic!("slot {slot} is empty"));
+        &self.members[i]
+    }
+
+    pub fn members(&self) -> &[Member] {
+        &self.members
+    }
+
+    /// The slots that have a process.
+    pub fn live_slots(&self) -> Vec<usize> {
+        (0..self.live.len())
+            .filter(|s| self.live[*s].is_some())
+            .collect()
+    }
+
+    /// The live slot whose last `elected`/`lost` line is `elected`.
+    pub fn leader_slot(&self) -> Option<usize> {
+        self.live_slots().into_iter().find(|slot| {
+            let lines = self.member(*slot).lines();
+            let last = lines.iter().rev().find_map(|l| match parse_line(l) {
+                Some(Line::Elected { .. }) => Some(true),
+                Some(Line::Lost { .. }) | Some(Line::Exit { .. }) => Some(false),
+                _ => None,
+            });
+            last == Some(true)
+        })
+    }
+
+    /// The token of the last `elected` line of `slot`.
+    pub fn token_of(&self, slot: usize) -> Option<u64> {
+        self.member(slot)
+            .lines()
+            .iter()
+            .rev()
+            .find_map(|l| match parse_line(l) {
+                Some(Line::Elected { token, .. }) => Some(token),
+                _ => None,
+            })
+    }
+
+    /// Waits until some live process prints `elected` with a time at or
+    /// after `t_ns`; returns its slot and the line.
+    pub async fn wait_elected_after(
+        &self,
+        t_ns: u64,
+        timeout: Duration,
+    ) -> io::Result<(usize, Line)> {
+        self.wait_any_after(
+            t_ns,
+            timeout,
+            move |l| matches!(l, Line::Elected { at, .. } if *at >= t_ns),
+        )
+        .await
+    }
+
+    /// Waits until some live process prints a line satisfying `pred`,
+    /// looking only at lines printed at or after `t_ns`.
+    pub async fn wait_any_after(
+        &self,
+        t_ns: u64,
+        timeout: Duration,
+        pred: impl Fn(&Line) -> bool + Clone + Send + Sync + 'static,
+    ) -> io::Result<(usize, Line)> {
+        let mut waits = JoinSet::new();
+        for slot in self.live_slots() {
+            let member = self.member(slot);
+            let from = index_after(&member.lines(), t_ns);
+            let out = member.child.stdout().clone();
+            let pred = pred.clone();
+            waits.spawn(async move {
+                let found = out
+                    .wait_for_from(from, |l| parse_line(l).is_some_and(|p| pred(&p)), timeout)
+                    .await;
+                (slot, found)
+            });
+        }
+        let mut last_err = io::Error::new(io::ErrorKind::NotFound, "no live instance");
+        while let Some(done) = waits.join_next().await {
+            match done {
+                Ok((slot, Ok((_, raw)))) => {
+                    return Ok((slot, parse_line(&raw).expect("matched lines parse")));
+                }
+                Ok((_, Err(e))) => last_err = e,
+                Err(e) => last_err = io::Error::other(e),
+            }
+        }
+        Err(io::Error::new(
+            last_err.kind(),
+            format!("no matching line from any instance within {timeout:?}"),
+        ))
+    }
+
+    /// The largest token any process ever logged.
+    pub fn max_token(&self) -> u64 {
+        self.members
+            .iter()
+            .flat_map(|m| m.lines())
+            .filter_map(|l| match parse_line(&l) {
+                Some(Line::Elected { token, .. }) => Some(token),
+                _ => None,
+            })
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Waits until the group has a leader that ran the gated body at least
+    /// once in its current leadership; returns its slot.
+    pub async fn settle(&self, timeout: Duration) -> io::Result<usize> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            // Snapshot the largest token before looking for a leader: one
+            // elected in between is then either seen as leader or awaited.
+            let now = monotonic_now_ns();
+            let max = self.max_token();
+            if let Some(slot) = self.leader_slot() {
+                let token = self.token_of(slot).expect("a leader has a token");
+                let member = self.member(slot);
+                let lines = member.lines();
+                let from = lines
+                    .iter()
+                    .rposition(|l| matches!(parse_line(l), Some(Line::Elected { token: t, .. }) if t == token))
+                    .unwrap_or(0);
+                let ran = member
+                    .wait_line(
+                        from,
+                        |l| match l {
+                            Line::Run { token: t, .. } => *t == token,
+                            Line::Lost { .. } | Line::Exit { .. } => true,
+                            _ => false,
+                        },
+                        left,
+                    )
+                    .await?;
+                if matches!(ran.1, Line::Run { .. }) {
+                    return Ok(slot);
+                }
+                continue;
+            }
+            self.wait_any_after(
+                now,
+                left,
+                move |l| matches!(l, Line::Elected { token, .. } if *token > max),
+            )
+            .await?;
+        }
+    }
+
+    /// kill -9 the process of `slot` and wait until it is gone; the slot is
+    /// empty afterwards.
+    pub async fn kill9(&mut self, slot: usize) -> u64 {
+        let i = self.live[slot].take().expect("slot has a process");
+        let at = monotonic_now_ns();
+        let child = &mut self.members[i].child;
+        child.kill9().expect("SIGKILL");
+        child
+            .wait_timeout(Duration::from_secs(10))
+            .await
+            .expect("killed child exits");
+        at
+    }
+
+    /// SIGTERM the process of `slot` and wait until it exits (it must exit
+    /// 0 by itself); the slot is empty afterwards. Returns when the signal
+    /// was sent.
+    pub async fn terminate(&mut self, slot: usize) -> u64 {
+        let i = self.live[slot].expect("slot has a process");
+        let at = monotonic_now_ns();
+        self.members[i].child.terminate().expect("SIGTERM");
+        let status = self.members[i]
+            .child
+            .wait_timeout(Duration::from_secs(10))
+            .await;
+        match status {
+            Ok(s) if s.success() => {}
+            other => self.fail(format!(
+                "{} did not exit cleanly on SIGTERM: {other:?}",
+                self.members[i].name
+            )),
+        }
+        self.live[slot] = None;
+        at
+    }
+
+    /// SIGSTOP the process of `slot`; returns when it is stopped.
+    pub fn pause(&mut self, slot: usize) -> u64 {
+        let i = self.live[slot].expect("slot has a process");
+        self.members[i].child.pause().expect("SIGSTOP");
+        let at = monotonic_now_ns();
+        self.pauses.push((i, at, u64::MAX));
+        at
+    }
+
+    /// SIGCONT the process of `slot`.
+    pub fn resume(&mut self, slot: usize) -> u64 {
+        let i = self.live[slot].expect("slot has a process");
+        let at = monotonic_now_ns();
+        self.members[i].child.resume().expect("SIGCONT");
+        if let Some(p) = self
+            .pauses
+            .iter_mut()
+            .rev()
+            .find(|p| p.0 == i && p.2 == u64::MAX)
+        {
+            p.2 = monotonic_now_ns();
+        }
+        at
+    }
+
+    /// Whether member `name` was stopped at some point in `[from, to]`.
+    pub fn was_paused(&self, name: &str, from: u64, to: u64) -> bool {
+        self.pauses
+            .iter()
+            .any(|(i, a, b)| self.members[*i].name == name && *a <= to && *b >= from)
+    }
+
+    /// The stdout lines of every process ever started.
+    pub fn logs(&self) -> Vec<ProcessLog> {
+        self.members
+            .iter()
+            .map(|m| ProcessLog::new(m.name.clone(), m.lines()))
+            .collect()
+    }
+
+    pub fn history(&self) -> History {
+        History::from_logs(&self.logs())
+    }
+
+    /// SIGTERM every live process and wait for them to exit cleanly.
+    pub async fn stop_all(&mut self) {
+        for slot in self.live_slots() {
+            self.terminate(slot).await;
+        }
+    }
+
+    /// Check safety over everything logged so far; panics with the report.
+    pub fn assert_safe(&self) -> History {
+        let history = self.history();
+        history.assert_safe(&|| self.report());
+        history
+    }
+
+    /// The tail of every process's output and of the Redis log.
+    pub fn report(&self) -> String {
+        let mut out = String::new();
+        for m in &self.members {
+            let lines = m.lines();
+            let err = m.child.stderr().snapshot();
+            let _ = writeln!(
+                out,
+                "--- {} (slot {}, pid {}): last {} of {} stdout lines ---",
+                m.name,
+                m.slot,
+                m.child.pid(),
+                lines.len().min(60),
+                lines.len()
+            );
+            for l in &lines[lines.len().saturating_sub(60)..] {
+                let _ = writeln!(out, "{l}");
+            }
+            let _ = writeln!(
+                out,
+                "--- {} stderr (last {} of {}) ---",
+                m.name,
+                err.len().min(30),
+                err.len()
+            );
+            for l in &err[err.len().saturating_sub(30)..] {
+                let _ = writeln!(out, "{l}");
+            }
+        }
+        let log = self.redis.log();
+        let tail: Vec<&str> = log.lines().rev().take(30).collect();
+        let _ = writeln!(out, "--- redis-server log (tail) ---");
+        for l in tail.iter().rev() {
+            let _ = writeln!(out, "{l}");
+        }
+        out
+    }
+
+    pub fn fail(&self, msg: impl std::fmt::Display) -> ! {
+        panic!("{msg}\n{}", self.report())
+    }
+
+    pub fn check(&self, cond: bool, msg: impl std::fmt::Display) {
+        if !cond {
+            self.fail(msg);
+        }
+    }
+}
