@@ -1,0 +1,288 @@
+//! The chaos suite (issue 3): instance processes against a real
+//! `redis-server`, each reaching it only through its own fault-injecting
+//! proxy, with a fenced store behind every gated body. Each scenario
+//! injects one fault into a settled fleet, heals it, checks the liveness
+//! bound, then the safety checker over everything the processes logged.
+//!
+//! `random_mix` runs `LEADER_CHAOS_FAULTS` random faults (default 6) with
+//! `LEADER_CHAOS_TTL_MS` (default 1000), `LEADER_CHAOS_SEED` and optionally
+//! `LEADER_CHAOS_ONLY` (comma-separated fault names), and prints totals; see
+//! RELIABILITY.md for the soak run.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use leader_testkit::monotonic_now_ns;
+use support::chaos::{check_fencing, inject, percentile, Fault};
+use support::fleet::{Fleet, FleetConfig};
+use support::{ms, SERIAL};
+
+/// Start a proxied fleet with a store, settle it, inject `fault`, settle
+/// again, stop every process and check safety and fencing.
+async fn scenario(fault: Fault) {
+    let _serial = SERIAL.lock().await;
+    let mut fleet = Fleet::start(FleetConfig::new().proxied().with_store()).await;
+    let leader = fleet
+        .settle(ms(10_000))
+        .await
+        .unwrap_or_else(|e| fleet.fail(e));
+    let outcome = inject(&mut fleet, fault, leader, 0).await;
+    let outcome = outcome.unwrap_or_else(|e| fleet.fail(format!("{fault}: {e}")));
+    eprintln!(
+        "{fault}: recovery {:?} (bound {:?})",
+        outcome.recovery,
+        fault.bound(&fleet)
+    );
+    fleet
+        .settle(ms(10_000))
+        .await
+        .unwrap_or_else(|e| fleet.fail(e));
+    fleet.stop_all().await;
+    let history = fleet.assert_safe();
+    fleet.check(!history.runs.is_empty(), "gated bodies ran");
+    let fencing = check_fencing(&fleet);
+    fleet.check(
+        fencing.violations.is_empty() && fencing.accepted > 0,
+        format!("fencing: {fencing:?}"),
+    );
+    no_panics(&fleet);
+}
+
+fn no_panics(fleet: &Fleet) {
+    for m in fleet.members() {
+        let panicked = m
+            .child
+            .stderr()
+            .snapshot()
+            .iter()
+            .any(|l| l.contains("panicked"));
+        fleet.check(!panicked, format!("{} panicked", m.name));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill9_leader() {
+    scenario(Fault::Kill9Leader).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_leader() {
+    scenario(Fault::SigtermLeader).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigstop_leader_for_two_ttl() {
+    scenario(Fault::SigstopLeader).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partition_leader_for_three_ttl() {
+    scenario(Fault::BlackholeLeader).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partition_follower() {
+    scenario(Fault::BlackholeFollower).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_network() {
+    scenario(Fault::SlowNetwork).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_restart_without_persistence() {
+    scenario(Fault::RedisRestart).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_down_for_two_ttl() {
+    scenario(Fault::RedisDown).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lease_key_set_to_another_value() {
+    scenario(Fault::ForeignValue).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lease_key_set_to_a_wrong_type() {
+    scenario(Fault::WrongType).await;
+}
+
+fn env_u64(name: &str, default: u64) -> u64 {
+    match std::env::var(name) {
+        Ok(v) => v.parse().unwrap_or_else(|e| panic!("{name}={v:?}: {e}")),
+        Err(_) => default,
+    }
+}
+
+/// xorshift64*, seeded from the environment or the clock (printed).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_mix() {
+    let _serial = SERIAL.lock().await;
+    let faults = env_u64("LEADER_CHAOS_FAULTS", 6);
+    let ttl = ms(env_u64("LEADER_CHAOS_TTL_MS", 1000));
+    let seed = env_u64("LEADER_CHAOS_SEED", monotonic_now_ns() | 1);
+    eprintln!("random_mix: {faults} faults, ttl {ttl:?}, LEADER_CHAOS_SEED={seed}");
+    // `LEADER_CHAOS_ONLY=RedisRestart,Kill9Leader` narrows the mix.
+    let kinds: Vec<Fault> = match std::env::var("LEADER_CHAOS_ONLY") {
+        Ok(only) => Fault::ALL
+            .into_iter()
+            .filter(|f| only.split(',').any(|o| o.trim() == f.to_string()))
+            .collect(),
+        Err(_) => Fault::ALL.to_vec(),
+    };
+    assert!(!kinds.is_empty(), "LEADER_CHAOS_ONLY names no fault");
+    let mut rng = Rng(seed);
+    let started = std::time::Instant::now();
+    let mut fleet = Fleet::start(FleetConfig::with_ttl(ttl).proxied().with_store()).await;
+    let mut recoveries: BTreeMap<Fault, Vec<Duration>> = BTreeMap::new();
+    let mut slowest: Vec<(Duration, Fault, String)> = Vec::new();
+    let mut counts: BTreeMap<Fault, usize> = BTreeMap::new();
+    let mut failures = Vec::new();
+    for n in 0..faults {
+        let leader = match fleet.settle(ttl * 10).await {
+            Ok(slot) => slot,
+            Err(e) => {
+                failures.push(format!("fault {n}: fleet did not settle: {e}"));
+                break;
+            }
+        };
+        let fault = kinds[(rng.next() % kinds.len() as u64) as usize];
+        *counts.entry(fault).or_default() += 1;
+        match inject(&mut fleet, fault, leader, rng.next()).await {
+            Ok(outcome) => {
+                if let Some(r) = outcome.recovery {
+                    recoveries.entry(fault).or_default().push(r);
+                    // Relative to the bound, so different faults compare.
+                    if let Some(bound) = fault.bound(&fleet) {
+                        let slack = bound.saturating_sub(r);
+                        slowest.push((slack, fault, outcome.detail));
+                        slowest.sort_by_key(|s| s.0);
+                        slowest.truncate(5);
+                    }
+                }
+            }
+            Err(e) => {
+                failures.push(format!("fault {n} ({fault}): {e}"));
+                // Leave the fleet whole for the next fault.
+                for p in &fleet.proxies {
+                    p.pass();
+                }
+                for slot in 0..fleet.cfg.instances {
+                    if !fleet.live_slots().contains(&slot) {
+                        fleet.spawn(slot);
+                    }
+                }
+                if fleet.redis.pid().is_none() {
+                    let _ = fleet.redis.start_again().await;
+                }
+                let _ = fleet.redis.cmd(&["DEL", fleet.lease_key()]).await;
+            }
+        }
+        // The fleet's log only grows: report progress now and then.
+        if (n + 1) % 50 == 0 {
+            eprintln!("random_mix: {} faults in {:?}", n + 1, started.elapsed());
+        }
+    }
+    fleet.stop_all().await;
+    let history = fleet.history();
+    let violations = history.check();
+    let fencing = check_fencing(&fleet);
+
+    // Totals.
+    let mut all: Vec<Duration> = recoveries
+        .iter()
+        .filter(|(f, _)| **f != Fault::SigtermLeader)
+        .flat_map(|(_, v)| v.iter().copied())
+        .collect();
+    all.sort();
+    let overlaps = violations
+        .iter()
+        .filter(|v| matches!(v, support::checker::Violation::Overlap { .. }))
+        .count();
+    eprintln!(
+        "random_mix totals (ttl {ttl:?}, seed {seed}, {:?}):",
+        started.elapsed()
+    );
+    eprintln!("  faults injected: {}", counts.values().sum::<usize>());
+    eprintln!(
+        "  leaderships: {}  failovers: {}",
+        history.windows.len(),
+        history.windows.len().saturating_sub(1)
+    );
+    eprintln!(
+        "  gated runs: {}  safety violations: {}  overlaps: {overlaps}",
+        history.runs.len(),
+        violations.len()
+    );
+    eprintln!(
+        "  fenced writes: {} accepted, {} rejected from a leader whose view had ended, {} rejected after a SIGSTOP mid-write, {} wrongly rejected",
+        fencing.accepted,
+        fencing.rejected_not_leader,
+        fencing.rejected_paused,
+        fencing.violations.len()
+    );
+    eprintln!(
+        "  recovery (every fault but SIGTERM): n={} max={:?} p99={:?}",
+        all.len(),
+        all.last().copied().unwrap_or_default(),
+        percentile(&all, 99.0)
+    );
+    for (fault, count) in &counts {
+        let mut r = recoveries.get(fault).cloned().unwrap_or_default();
+        r.sort();
+        eprintln!(
+            "  {fault:<18} n={count:<4} bound={:<10} max={:<14} p99={:?}",
+            fault
+                .bound(&fleet)
+                .map(|b| format!("{b:?}"))
+                .unwrap_or_else(|| "keeps".into()),
+            format!("{:?}", r.last().copied().unwrap_or_default()),
+            percentile(&r, 99.0)
+        );
+    }
+    for (slack, fault, detail) in &slowest {
+        eprintln!("  closest to its bound: {fault} by {slack:?} {detail}");
+    }
+    let mut problems = failures;
+    problems.extend(violations.iter().map(ToString::to_string));
+    problems.extend(fencing.violations.iter().cloned());
+    for m in fleet.members() {
+        if m.child
+            .stderr()
+            .snapshot()
+            .iter()
+            .any(|l| l.contains("panicked"))
+        {
+            problems.push(format!("{} panicked", m.name));
+        }
+    }
+    if !problems.is_empty() {
+        fleet.fail(format!(
+            "{} problem(s):\n{}",
+            problems.len(),
+            problems.join("\n")
+        ));
+    }
+    fleet.check(
+        history.runs.len() > faults as usize,
+        "gated bodies ran throughout",
+    );
+}
