@@ -9,6 +9,10 @@
 //! - [`ChildProcess`] and friends: spawn instance processes, capture their
 //!   output lines, send them signals, and read [`monotonic_now_ns`], the clock
 //!   every process shares.
+//! - [`RedisCluster`]: a real Redis Cluster (3 masters by default) on free
+//!   ports, created with `redis-cli --cluster create`.
+//! - [`TlsFiles`]: a throw-away CA with server and client certificates (made
+//!   by `openssl`), and [`free_port`] for a `--tls-port`.
 //! - [`RespConn`] / [`Reply`]: a tiny raw RESP client, so tests can look at
 //!   Redis without a client crate.
 //!
@@ -16,13 +20,17 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+mod cluster;
 mod process;
 mod proxy;
 mod redis_server;
 mod resp;
 mod rng;
+mod tls;
 
+pub use cluster::{RedisCluster, RedisClusterBuilder};
 pub use process::{monotonic_now_ns, process_state, signal, ChildProcess, OutputLines, Signal};
 pub use proxy::{FaultProxy, Mode};
 pub use redis_server::{RedisServer, RedisServerBuilder};
 pub use resp::{Reply, RespConn};
+pub use tls::{free_port, TlsFiles};
