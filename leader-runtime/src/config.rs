@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::backend::MemoryBackend;
+use crate::backend::{MemoryBackend, RedisConfig, RedisOptions};
 use crate::events::LostReason;
 use crate::lease::Lease;
 use crate::names::validate_prefix;
@@ -25,7 +25,7 @@ pub const DEFAULT_KEY_PREFIX: &str = "leader";
 /// Where leases live.
 #[derive(Clone)]
 pub(crate) enum BackendConfig {
-    Redis { url: String },
+    Redis(RedisConfig),
     Memory(MemoryBackend),
 }
 
@@ -106,7 +106,7 @@ impl Config {
 impl fmt::Debug for Config {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let backend = match &self.backend {
-            BackendConfig::Redis { url } => redact_url(url),
+            BackendConfig::Redis(redis) => redis.describe(),
             BackendConfig::Memory(_) => "memory".to_owned(),
         };
         f.debug_struct("Config")
@@ -128,6 +128,7 @@ impl fmt::Debug for Config {
 #[must_use]
 pub struct ConfigBuilder {
     backend: Option<BackendConfig>,
+    redis: RedisOptions,
     ttl: Option<Duration>,
     renew_interval: Option<Duration>,
     retry_interval: Option<Duration>,
@@ -140,9 +141,155 @@ pub struct ConfigBuilder {
 }
 
 impl ConfigBuilder {
-    /// Keep leases in Redis at `url` (`redis://[user:password@]host:port[/db]`).
+    /// Keep leases in the Redis server at `url`:
+    /// `redis://[[user]:password@]host[:port][/db]`, or `rediss://…` for TLS
+    /// (needs the `tls` feature). For Redis Cluster use
+    /// [`redis_cluster_urls`](Self::redis_cluster_urls) instead.
+    ///
+    /// A user and password in the URL authenticate with `AUTH user password`
+    /// (Redis 6 ACL); a password alone authenticates the `default` user.
+    /// Percent-encode reserved characters in them (`@` is `%40`). Passwords
+    /// never appear in an [`Error`], in `Debug` output or in logs.
+    ///
+    /// An ACL user needs, for the default key prefix `leader`:
+    /// `~leader:* &leader:released +evalsha +eval +script|load +get +set
+    /// +pexpire +pttl +del +time +publish +subscribe +ping` (plus `+wait`
+    /// with [`min_replicas`](Self::min_replicas)); the scripts' own calls are
+    /// checked against the user's rules too.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use leader_runtime::Config;
+    ///
+    /// let config = Config::builder()
+    ///     .redis_url("redis://leader-app:s3cret@redis.internal:6379/0")
+    ///     .build()?;
+    /// assert!(!format!("{config:?}").contains("s3cret"));
+    /// # Ok::<(), leader_runtime::Error>(())
+    /// ```
     pub fn redis_url(mut self, url: impl Into<String>) -> Self {
-        self.backend = Some(BackendConfig::Redis { url: url.into() });
+        self.backend = Some(BackendConfig::Redis(RedisConfig::standalone(url.into())));
+        self
+    }
+
+    /// Keep leases in a Redis Cluster reached through these seed nodes (each
+    /// `redis://…` or `rediss://…`, all with the same scheme, user, password
+    /// and database; the rest of the cluster is discovered from them).
+    ///
+    /// A group's keys share one hash slot (`{prefix}:{group}:…`), so each
+    /// lease operation is one script on the group's master, and groups spread
+    /// over the masters. The connection follows `MOVED`/`ASK` redirects and
+    /// reconnects by itself. Release notices are plain `PUBLISH`es, which a
+    /// cluster forwards to every node; this instance subscribes on the first
+    /// seed and moves to the next when that node fails, so list more than
+    /// one. While no notice connection is up, followers fall back to the
+    /// lease's expiry and `retry_interval`, as with one server.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use leader_runtime::Config;
+    ///
+    /// let config = Config::builder()
+    ///     .redis_cluster_urls([
+    ///         "redis://:s3cret@10.0.0.1:7000",
+    ///         "redis://:s3cret@10.0.0.2:7000",
+    ///         "redis://:s3cret@10.0.0.3:7000",
+    ///     ])
+    ///     .build()?;
+    /// # Ok::<(), leader_runtime::Error>(())
+    /// ```
+    pub fn redis_cluster_urls<I, S>(mut self, urls: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let urls = urls.into_iter().map(Into::into).collect();
+        self.backend = Some(BackendConfig::Redis(RedisConfig::cluster(urls)));
+        self
+    }
+
+    /// Trust these CA certificates (PEM, one or more) for `rediss://`
+    /// connections instead of the system's roots. Without it, the server's
+    /// certificate must chain to a root the system trusts.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use leader_runtime::Config;
+    ///
+    /// let config = Config::builder()
+    ///     .redis_url("rediss://redis.internal:6380")
+    ///     .tls_ca_certs(std::fs::read("/etc/redis/ca.crt").unwrap())
+    ///     .build()?;
+    /// # Ok::<(), leader_runtime::Error>(())
+    /// ```
+    #[cfg(feature = "tls")]
+    pub fn tls_ca_certs(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.redis.tls_ca = Some(pem.into());
+        self
+    }
+
+    /// Present this client certificate chain and private key (PEM) on
+    /// `rediss://` connections, for servers that verify clients
+    /// (`tls-auth-clients yes`).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use leader_runtime::Config;
+    ///
+    /// let config = Config::builder()
+    ///     .redis_url("rediss://redis.internal:6380")
+    ///     .tls_ca_certs(std::fs::read("ca.crt").unwrap())
+    ///     .tls_client_cert(std::fs::read("client.crt").unwrap(), std::fs::read("client.key").unwrap())
+    ///     .build()?;
+    /// # Ok::<(), leader_runtime::Error>(())
+    /// ```
+    #[cfg(feature = "tls")]
+    pub fn tls_client_cert(
+        mut self,
+        cert_pem: impl Into<Vec<u8>>,
+        key_pem: impl Into<Vec<u8>>,
+    ) -> Self {
+        self.redis.tls_client = Some((cert_pem.into(), key_pem.into()));
+        self
+    }
+
+    /// After each acquisition, wait (Redis `WAIT`, up to half of
+    /// `call_timeout`) until at least `n` replicas of the group's master have
+    /// the new lease, and lead only then (default 0: don't wait). When fewer
+    /// acknowledge in time, this round counts as a backend error: the lease
+    /// stays ours on the master, and the next round re-claims it and waits
+    /// again.
+    ///
+    /// What it does: a failover that promotes one of those replicas right
+    /// after the acquisition keeps the lease, so another instance does not
+    /// win it while this one starts leading.
+    ///
+    /// What it does not: make Redis strongly consistent. `WAIT` does not
+    /// stop a replica that did not acknowledge from being promoted, renewals
+    /// are not waited for (a failover can promote a replica whose copy of the
+    /// lease expires earlier than this instance's view), and acknowledged
+    /// writes can still be lost if replicas restart without persistence. Use
+    /// the fencing token for correctness; this narrows the window. While a
+    /// `WAIT` blocks, other groups' commands on the same connection queue
+    /// behind it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use leader_runtime::Config;
+    ///
+    /// let config = Config::builder()
+    ///     .redis_url("redis://redis-primary:6379")
+    ///     .min_replicas(1)
+    ///     .build()?;
+    /// # Ok::<(), leader_runtime::Error>(())
+    /// ```
+    pub fn min_replicas(mut self, n: u32) -> Self {
+        self.redis.min_replicas = n;
         self
     }
 
@@ -219,7 +366,11 @@ impl ConfigBuilder {
     /// # Errors
     ///
     /// [`Error::Config`] naming the field and the rule when: no backend is
-    /// set; the Redis URL does not parse; a duration is zero;
+    /// set; a Redis URL does not parse, uses `rediss://` without the `tls`
+    /// feature, or (in a cluster) differs from the others in scheme or
+    /// credentials; TLS certificates are set but do not parse, or the URLs
+    /// are not `rediss://`; Redis-only options are set on the memory
+    /// backend; a duration is zero;
     /// `renew_interval >= ttl`; `renew_interval + call_timeout` does not fit
     /// inside `ttl - drift_margin`; the drift margin is not smaller than `ttl`;
     /// the instance id is empty, longer than 256 bytes or has control
@@ -231,17 +382,17 @@ impl ConfigBuilder {
             "is required: set .redis_url(\"redis://host:6379\") or .memory(MemoryBackend::new())",
         )
         })?;
-        if let BackendConfig::Redis { url } = &backend {
-            redis::Client::open(url.as_str()).map_err(|e| {
-                config_err(
-                    "redis_url",
-                    format!(
-                        "must be a valid redis:// URL ({}): {}",
-                        redact_url(url),
-                        e.category()
-                    ),
-                )
-            })?;
+        let mut backend = backend;
+        match &mut backend {
+            BackendConfig::Redis(redis) => {
+                redis.options = self.redis;
+                redis.validate()?;
+            }
+            BackendConfig::Memory(_) => {
+                if let Some(option) = self.redis.first_set() {
+                    return Err(config_err(option, "needs a Redis backend, not memory"));
+                }
+            }
         }
         let ttl = self.ttl.unwrap_or(DEFAULT_TTL);
         let renew_interval = self.renew_interval.unwrap_or(DEFAULT_RENEW_INTERVAL);

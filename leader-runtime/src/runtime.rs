@@ -98,8 +98,8 @@ impl Runtime {
         let handle = Handle::try_current().map_err(|_| Error::NoTokioRuntime)?;
         let _guard = handle.enter();
         let backend = match &config.backend {
-            BackendConfig::Redis { url } => {
-                Backend::Redis(RedisBackend::new(url, config.call_timeout)?)
+            BackendConfig::Redis(redis) => {
+                Backend::Redis(RedisBackend::new(redis, config.call_timeout)?)
             }
             BackendConfig::Memory(memory) => Backend::Memory(memory.clone()),
         };

@@ -14,7 +14,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 pub use self::memory::MemoryBackend;
-pub(crate) use self::redis::RedisBackend;
+pub(crate) use self::redis::{RedisBackend, RedisConfig, RedisOptions};
 use crate::names::GroupKeys;
 use crate::Result;
 

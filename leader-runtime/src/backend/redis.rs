@@ -1,24 +1,323 @@
-//! The Redis backend: one Lua script per lease operation, an auto-reconnecting
-//! connection manager for commands, and a pub/sub connection for release notices.
+//! The Redis backend: one Lua script per lease operation, run on a
+//! self-reconnecting connection (a connection manager for one server, a
+//! cluster connection for Redis Cluster), and a pub/sub connection for
+//! release notices.
 
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{Script, Value};
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::{ClusterClient, ClusterClientBuilder, ClusterConfig};
+use redis::cluster_async::ClusterConnection;
+use redis::{
+    Cmd, ErrorKind, IntoConnectionInfo, Pipeline, RedisFuture, Script, ServerErrorKind, Value,
+};
 use tokio_util::sync::CancellationToken;
 
 use super::{Acquire, NoticeSink, Op, Renew};
+use crate::config::redact_url;
 use crate::names::GroupKeys;
 use crate::{Error, Result};
 
+/// Where and how to reach Redis, as the config builder collected it.
+#[derive(Clone)]
+pub(crate) struct RedisConfig {
+    /// The server's URL, or the seed nodes of a cluster.
+    pub(crate) urls: Vec<String>,
+    /// Redis Cluster (`redis_cluster_urls`) rather than one server (`redis_url`).
+    pub(crate) cluster: bool,
+    pub(crate) options: RedisOptions,
+}
+
+/// Settings for either kind of deployment, set independently of the URLs.
+#[derive(Clone, Default)]
+pub(crate) struct RedisOptions {
+    /// PEM certificates of the CAs to trust instead of the system's roots.
+    pub(crate) tls_ca: Option<Vec<u8>>,
+    /// PEM client certificate chain and private key, for servers that verify clients.
+    pub(crate) tls_client: Option<(Vec<u8>, Vec<u8>)>,
+    /// After each acquisition, `WAIT` for this many replicas (0: don't).
+    pub(crate) min_replicas: u32,
+}
+
+impl RedisOptions {
+    /// The builder method of the first option that is set, if any.
+    pub(crate) fn first_set(&self) -> Option<&'static str> {
+        if self.tls_ca.is_some() {
+            Some("tls_ca_certs")
+        } else if self.tls_client.is_some() {
+            Some("tls_client_cert")
+        } else if self.min_replicas > 0 {
+            Some("min_replicas")
+        } else {
+            None
+        }
+    }
+}
+
+impl RedisConfig {
+    pub(crate) fn standalone(url: String) -> Self {
+        Self {
+            urls: vec![url],
+            cluster: false,
+            options: RedisOptions::default(),
+        }
+    }
+
+    pub(crate) fn cluster(urls: Vec<String>) -> Self {
+        Self {
+            urls,
+            cluster: true,
+            options: RedisOptions::default(),
+        }
+    }
+
+    /// The builder method that set the URLs.
+    fn field(&self) -> &'static str {
+        if self.cluster {
+            "redis_cluster_urls"
+        } else {
+            "redis_url"
+        }
+    }
+
+    /// Check every URL and option without connecting.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] naming the builder method; never shows a password.
+    pub(crate) fn validate(&self) -> Result<()> {
+        Clients::new(self).map(drop)
+    }
+
+    /// The URLs with passwords redacted, and the options, for `Debug`.
+    pub(crate) fn describe(&self) -> String {
+        let urls: Vec<String> = self.urls.iter().map(|u| redact_url(u)).collect();
+        let mut out = if self.cluster {
+            format!("redis cluster [{}]", urls.join(", "))
+        } else {
+            urls.join(", ")
+        };
+        if self.options.tls_ca.is_some() {
+            out.push_str(" (custom CA)");
+        }
+        if self.options.tls_client.is_some() {
+            out.push_str(" (client certificate)");
+        }
+        if self.options.min_replicas > 0 {
+            out.push_str(&format!(" (min_replicas {})", self.options.min_replicas));
+        }
+        out
+    }
+}
+
+/// The clients a backend connects with, built (and so checked) without any I/O.
+struct Clients {
+    /// One per URL: the server, or each seed node (used for release notices).
+    nodes: Vec<redis::Client>,
+    cluster: Option<ClusterClient>,
+}
+
+impl Clients {
+    fn new(config: &RedisConfig) -> Result<Self> {
+        let field = config.field();
+        if config.urls.is_empty() {
+            return Err(config_err(field, "needs at least one URL".to_owned()));
+        }
+        let tls_options = config.options.tls_ca.is_some() || config.options.tls_client.is_some();
+        const CERT: &[u8] = b"-----BEGIN CERTIFICATE-----";
+        if let Some(pem) = &config.options.tls_ca {
+            if !contains(pem, CERT) {
+                return Err(config_err(
+                    "tls_ca_certs",
+                    "contains no PEM certificate".to_owned(),
+                ));
+            }
+        }
+        if let Some((cert, _)) = &config.options.tls_client {
+            if !contains(cert, CERT) {
+                return Err(config_err(
+                    "tls_client_cert",
+                    "contains no PEM certificate".to_owned(),
+                ));
+            }
+        }
+        let mut nodes = Vec::with_capacity(config.urls.len());
+        for url in &config.urls {
+            let tls = is_tls_url(url);
+            if tls && !cfg!(feature = "tls") {
+                return Err(config_err(
+                    field,
+                    format!(
+                        "uses TLS ({}), which needs the `tls` feature of leader-runtime",
+                        redact_url(url)
+                    ),
+                ));
+            }
+            if tls_options && !tls {
+                let option = config.options.first_set().unwrap_or("tls_ca_certs");
+                return Err(config_err(
+                    option,
+                    format!("needs rediss:// URLs, but {field} has {}", redact_url(url)),
+                ));
+            }
+            let info = url.as_str().into_connection_info().map_err(|e| {
+                config_err(
+                    field,
+                    format!(
+                        "must be a valid redis:// or rediss:// URL ({}): {}",
+                        redact_url(url),
+                        e.category()
+                    ),
+                )
+            })?;
+            nodes.push(open_client(info, &config.options, field)?);
+        }
+        let cluster = if config.cluster {
+            // One retry, right away, follows a MOVED/ASK redirect (after a
+            // failover or resharding) inside the call; a failed connection
+            // is retried once after at most 20 ms. As with one server, the
+            // election's own pacing decides about anything longer.
+            let builder = ClusterClientBuilder::new(config.urls.iter().map(String::as_str))
+                .retries(1)
+                .min_retry_wait(0)
+                .max_retry_wait(20);
+            #[cfg(feature = "tls")]
+            let builder = match tls_certificates(&config.options) {
+                Some(certs) => builder.certs(certs),
+                None => builder,
+            };
+            let client = builder.build().map_err(|e| {
+                config_err(
+                    field,
+                    format!(
+                        "must share one scheme, user, password and database: {}",
+                        e.detail().unwrap_or(e.category())
+                    ),
+                )
+            })?;
+            Some(client)
+        } else {
+            None
+        };
+        Ok(Self { nodes, cluster })
+    }
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+fn is_tls_url(url: &str) -> bool {
+    let scheme = url.split("://").next().unwrap_or_default();
+    scheme.eq_ignore_ascii_case("rediss") || scheme.eq_ignore_ascii_case("valkeys")
+}
+
+#[cfg(feature = "tls")]
+fn tls_certificates(options: &RedisOptions) -> Option<redis::TlsCertificates> {
+    if options.tls_ca.is_none() && options.tls_client.is_none() {
+        return None;
+    }
+    Some(redis::TlsCertificates {
+        client_tls: options
+            .tls_client
+            .as_ref()
+            .map(|(cert, key)| redis::ClientTlsConfig {
+                client_cert: cert.clone(),
+                client_key: key.clone(),
+            }),
+        root_cert: options.tls_ca.clone(),
+    })
+}
+
+fn open_client(
+    info: redis::ConnectionInfo,
+    options: &RedisOptions,
+    field: &'static str,
+) -> Result<redis::Client> {
+    #[cfg(feature = "tls")]
+    if let Some(certs) = tls_certificates(options) {
+        return redis::Client::build_with_tls(info, certs).map_err(|e| {
+            let option = if options.tls_client.is_some() {
+                "tls_client_cert"
+            } else {
+                "tls_ca_certs"
+            };
+            // The message names what failed to parse, never key material.
+            config_err(
+                option,
+                format!("is unusable: {}", e.detail().unwrap_or(e.category())),
+            )
+        });
+    }
+    let _ = options;
+    redis::Client::open(info)
+        .map_err(|e| config_err(field, format!("is unusable: {}", e.category())))
+}
+
+/// rustls panics when no crypto provider can be determined (e.g. two
+/// providers' features are on and the application installed none); install
+/// ring, which the `tls` feature brings, unless one is installed already.
+#[cfg(feature = "tls")]
+fn ensure_crypto_provider() {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        // Losing a race against another installer is fine: one is installed.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+}
+
+/// The command connection: both kinds reconnect by themselves, and a script
+/// runs on the node that owns the slot of its first key.
+#[derive(Clone)]
+pub(crate) enum Conn {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Conn::Single(c) => c.req_packed_command(cmd),
+            Conn::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Conn::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Single(c) => c.get_db(),
+            Conn::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
 #[derive(Clone)]
 pub(crate) struct RedisBackend {
-    client: redis::Client,
-    conn: ConnectionManager,
+    conn: Conn,
+    /// The server, or each seed node of a cluster: the release-notice
+    /// subscription uses them in turn, moving on when one fails.
+    notice_nodes: Arc<[redis::Client]>,
     scripts: Arc<Scripts>,
+    min_replicas: u32,
+    /// How long `WAIT` may block (half the call timeout).
+    wait_timeout: Duration,
+    /// Groups whose acquisition found the token counter missing but was not
+    /// confirmed by enough replicas: the next win still counts as fresh.
+    unconfirmed_fresh: Arc<Mutex<HashSet<String>>>,
 }
 
 /// `redis::Script` retries with `SCRIPT LOAD` on `NOSCRIPT`, which is what a
@@ -30,37 +329,57 @@ struct Scripts {
 }
 
 impl RedisBackend {
-    /// A backend for `url`; connects lazily, so an unreachable Redis at
+    /// A backend for `config`; connects lazily, so an unreachable Redis at
     /// start-up is not an error (the elections retry).
-    pub(crate) fn new(url: &str, call_timeout: Duration) -> Result<Self> {
-        let client = redis::Client::open(url).map_err(|e| Error::Config {
-            field: "redis_url",
-            rule: format!("must be a valid redis:// URL: {}", e.category()),
-        })?;
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(call_timeout))
-            .set_response_timeout(Some(call_timeout))
-            // One connection attempt per call: a failed call fails at once,
-            // and the election's own pacing (retry_interval, the leader's
-            // quick renew retries) decides when to try again. The manager's
-            // own retries sleep 100 ms or more inside the call, which delays
-            // the first acquisition after Redis returns.
-            .set_number_of_retries(0)
-            .set_max_delay(call_timeout);
-        let conn = ConnectionManager::new_lazy_with_config(client.clone(), config)
-            .map_err(|e| backend_err("*", &e))?;
+    pub(crate) fn new(config: &RedisConfig, call_timeout: Duration) -> Result<Self> {
+        let clients = Clients::new(config)?;
+        #[cfg(feature = "tls")]
+        if config.urls.iter().any(|u| is_tls_url(u)) {
+            ensure_crypto_provider();
+        }
+        let conn = match &clients.cluster {
+            Some(cluster) => {
+                let config = ClusterConfig::new()
+                    .set_connection_timeout(call_timeout)
+                    .set_response_timeout(call_timeout);
+                Conn::Cluster(cluster.get_pending_async_connection_with_config(config))
+            }
+            None => {
+                let config = ConnectionManagerConfig::new()
+                    .set_connection_timeout(Some(call_timeout))
+                    .set_response_timeout(Some(call_timeout))
+                    // One connection attempt per call: a failed call fails at once,
+                    // and the election's own pacing (retry_interval, the leader's
+                    // quick renew retries) decides when to try again. The manager's
+                    // own retries sleep 100 ms or more inside the call, which delays
+                    // the first acquisition after Redis returns.
+                    .set_number_of_retries(0)
+                    .set_max_delay(call_timeout);
+                let client = clients.nodes[0].clone();
+                Conn::Single(
+                    ConnectionManager::new_lazy_with_config(client, config)
+                        .map_err(|e| backend_err("*", &e))?,
+                )
+            }
+        };
         Ok(Self {
-            client,
             conn,
+            notice_nodes: clients.nodes.into(),
             scripts: Arc::new(Scripts {
                 acquire: Script::new(include_str!("acquire.lua")),
                 renew: Script::new(include_str!("renew.lua")),
                 release: Script::new(include_str!("release.lua")),
             }),
+            min_replicas: config.options.min_replicas,
+            wait_timeout: (call_timeout / 2).max(Duration::from_millis(1)),
+            unconfirmed_fresh: Arc::default(),
         })
     }
 
     pub(super) async fn acquire(&self, op: &Op<'_>, ttl: Duration) -> Result<Acquire> {
+        if self.min_replicas > 0 {
+            return self.acquire_confirmed(op, ttl).await;
+        }
         let reply: Value = self
             .scripts
             .acquire
@@ -74,6 +393,77 @@ impl RedisBackend {
         parse_acquire(op.group, reply)
     }
 
+    /// Acquire, then `WAIT` for `min_replicas` replicas, pipelined on one
+    /// connection so that the `WAIT` covers the acquire's writes.
+    async fn acquire_confirmed(&self, op: &Op<'_>, ttl: Duration) -> Result<Acquire> {
+        let script = &self.scripts.acquire;
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        pipe.cmd("EVALSHA")
+            .arg(script.get_hash())
+            .arg(2)
+            .arg(&op.keys.lease)
+            .arg(&op.keys.token)
+            .arg(op.id)
+            .arg(millis(ttl));
+        pipe.cmd("WAIT")
+            .arg(self.min_replicas)
+            .arg(millis(self.wait_timeout));
+        let mut conn = self.conn.clone();
+        let err = |e: redis::RedisError| backend_err(op.group, &e);
+        let mut loaded = false;
+        let (reply, acks) = loop {
+            let replies: Vec<Value> = pipe.query_async(&mut conn).await.map_err(err)?;
+            let [reply, acks]: [Value; 2] = replies
+                .try_into()
+                .map_err(|r| protocol_err(op.group, "acquire + WAIT", &Value::Array(r)))?;
+            match reply.extract_error() {
+                Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) && !loaded => {
+                    script
+                        .prepare_invoke()
+                        .load_async(&mut conn)
+                        .await
+                        .map_err(err)?;
+                    loaded = true;
+                }
+                Err(e) => return Err(err(e)),
+                Ok(reply) => break (reply, acks),
+            }
+        };
+        let acquired = parse_acquire(op.group, reply)?;
+        let mut unconfirmed = self
+            .unconfirmed_fresh
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match acquired {
+            Acquire::Won { token, fresh } => {
+                let fresh = fresh || unconfirmed.contains(op.group);
+                let acks = match acks.extract_error().map_err(err)? {
+                    Value::Int(n) => n,
+                    other => return Err(protocol_err(op.group, "WAIT", &other)),
+                };
+                if acks < i64::from(self.min_replicas) {
+                    if fresh {
+                        unconfirmed.insert(op.group.to_owned());
+                    }
+                    return Err(Error::Backend {
+                        group: op.group.to_owned(),
+                        message: format!(
+                            "acquired the lease, but only {acks} of min_replicas {} replicas \
+                             acknowledged it within {:?}; not leading until enough do",
+                            self.min_replicas, self.wait_timeout
+                        ),
+                    });
+                }
+                unconfirmed.remove(op.group);
+                Ok(Acquire::Won { token, fresh })
+            }
+            held @ Acquire::Held { .. } => {
+                unconfirmed.remove(op.group);
+                Ok(held)
+            }
+        }
+    }
     pub(super) async fn renew(&self, op: &Op<'_>, ttl: Duration) -> Result<Renew> {
         let reply: Value = self
             .scripts
@@ -131,19 +521,30 @@ impl RedisBackend {
         retry: Duration,
         stop: CancellationToken,
     ) {
-        let client = self.client.clone();
+        let nodes = self.notice_nodes.clone();
         tokio::spawn(async move {
             let mut failing = false;
+            let mut next = 0;
             while !stop.is_cancelled() {
-                match listen(&client, &channel, &sink, &up, retry, &stop).await {
+                let client = &nodes[next % nodes.len()];
+                let node = client.get_connection_info().addr().to_string();
+                match listen(client, &channel, &sink, &up, retry, &stop).await {
                     Ok(()) => failing = false,
                     Err(e) if !failing => {
                         failing = true;
-                        tracing::warn!(error = %e, "release-notice connection down; followers fall back to retry_interval");
+                        tracing::warn!(error = %e, node, "release-notice connection down; followers fall back to retry_interval");
                     }
-                    Err(e) => tracing::debug!(error = %e, "release-notice connection still down"),
+                    Err(e) => {
+                        tracing::debug!(error = %e, node, "release-notice connection still down")
+                    }
                 }
-                up.store(false, Ordering::SeqCst);
+                // A node that was listening and failed: try the next one
+                // (of a cluster's seeds) at once; otherwise pace the retries.
+                let was_up = up.swap(false, Ordering::SeqCst);
+                next += 1;
+                if was_up && nodes.len() > 1 {
+                    continue;
+                }
                 tokio::select! {
                     _ = stop.cancelled() => return,
                     _ = tokio::time::sleep(retry) => {}
@@ -229,6 +630,10 @@ fn backend_err(group: &str, e: &redis::RedisError) -> Error {
     }
 }
 
+fn config_err(field: &'static str, rule: String) -> Error {
+    Error::Config { field, rule }
+}
+
 fn timeout_err(after: Duration) -> Error {
     Error::Timeout {
         group: "*".to_owned(),
@@ -246,6 +651,78 @@ fn protocol_err(group: &str, op: &str, reply: &Value) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{Config, ConfigBuilder, MemoryBackend};
+
+    fn config_error(b: ConfigBuilder) -> (&'static str, String) {
+        match b.build() {
+            Err(Error::Config { field, rule }) => (field, rule),
+            other => panic!("expected a config error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn cluster_urls_are_checked_without_showing_passwords() {
+        let cluster = |urls: &[&str]| Config::builder().redis_cluster_urls(urls.iter().copied());
+        let (field, _) = config_error(cluster(&[]));
+        assert_eq!(field, "redis_cluster_urls");
+        let (field, rule) = config_error(cluster(&["redis://:pw-one@a:1", "redis://:pw-two@b:2"]));
+        assert_eq!(field, "redis_cluster_urls");
+        assert!(
+            !rule.contains("pw-one") && !rule.contains("pw-two"),
+            "{rule}"
+        );
+        let (field, rule) = config_error(cluster(&["redis://:pw-one@a:1", "http://b:2"]));
+        assert_eq!(field, "redis_cluster_urls");
+        assert!(!rule.contains("pw-one"), "{rule}");
+        let (field, _) = config_error(cluster(&["redis+unix:///tmp/redis.sock"]));
+        assert_eq!(field, "redis_cluster_urls");
+
+        let config = cluster(&["redis://u:pw-one@a:1", "redis://u:pw-one@b:2"])
+            .build()
+            .unwrap();
+        let debug = format!("{config:?}");
+        assert!(
+            debug.contains("redis cluster [redis://u:***@a:1, redis://u:***@b:2]"),
+            "{debug}"
+        );
+        assert!(!debug.contains("pw-one"), "{debug}");
+    }
+
+    #[test]
+    fn redis_options_need_a_redis_backend() {
+        let (field, rule) = config_error(
+            Config::builder()
+                .memory(MemoryBackend::new())
+                .min_replicas(1),
+        );
+        assert_eq!(field, "min_replicas");
+        assert!(rule.contains("Redis"), "{rule}");
+        let config = Config::builder()
+            .redis_url("redis://h:1")
+            .min_replicas(2)
+            .build()
+            .unwrap();
+        assert!(format!("{config:?}").contains("min_replicas 2"));
+    }
+
+    #[test]
+    fn rediss_needs_the_tls_feature() {
+        let built = Config::builder().redis_url("rediss://u:pw-one@h:1").build();
+        #[cfg(feature = "tls")]
+        built.unwrap();
+        #[cfg(not(feature = "tls"))]
+        {
+            let rule = match built {
+                Err(Error::Config {
+                    field: "redis_url",
+                    rule,
+                }) => rule,
+                other => panic!("{other:?}"),
+            };
+            assert!(rule.contains("`tls` feature"), "{rule}");
+            assert!(!rule.contains("pw-one"), "{rule}");
+        }
+    }
 
     #[test]
     fn acquire_replies() {
