@@ -1,0 +1,187 @@
+//! ACL user and password from the URL, against a real `redis-server` whose
+//! user has only the permissions `ConfigBuilder::redis_url` documents; a
+//! wrong password fails clearly and never shows up in an error, in `Debug`
+//! output or in the logs.
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use leader_runtime::{Config, Error, Event, Runtime};
+use leader_testkit::RedisServer;
+use tokio::sync::broadcast;
+use tokio::time::{timeout, Instant};
+
+const TTL: Duration = Duration::from_millis(1000);
+const RENEW: Duration = Duration::from_millis(300);
+const G: &str = "jobs";
+const PASSWORD: &str = "app-s3cret-pw";
+const WRONG: &str = "wr0ng-pa55word";
+/// Exactly the rules the docs of `ConfigBuilder::redis_url` list.
+const RULES: &str = "~leader:* &leader:released +evalsha +eval +script|load +get +set \
+                     +pexpire +pttl +del +time +publish +subscribe +ping";
+
+async fn server() -> RedisServer {
+    RedisServer::builder()
+        .password("admin-pw")
+        .acl_user("app", PASSWORD, RULES)
+        .start()
+        .await
+        .unwrap()
+}
+
+fn url(server: &RedisServer, password: &str) -> String {
+    format!("redis://app:{password}@127.0.0.1:{}", server.port())
+}
+
+fn instance(url: &str, id: &str) -> Runtime {
+    Runtime::new(
+        Config::builder()
+            .redis_url(url)
+            .ttl(TTL)
+            .renew_interval(RENEW)
+            .retry_interval(Duration::from_millis(200))
+            .instance_id(id)
+            .build()
+            .unwrap(),
+    )
+    .unwrap()
+}
+
+async fn elected(rx: &mut broadcast::Receiver<Event>, limit: Duration) -> u64 {
+    timeout(limit, async {
+        loop {
+            if let Event::Elected { token, .. } = rx.recv().await.unwrap() {
+                return token;
+            }
+        }
+    })
+    .await
+    .expect("not elected in time")
+}
+
+#[tokio::test]
+async fn a_least_privilege_acl_user_from_the_url_elects_and_hands_over() {
+    let server = server().await;
+    let a = instance(&url(&server, PASSWORD), "a");
+    let b = instance(&url(&server, PASSWORD), "b");
+    assert_eq!(a.leader_id(G).await.unwrap(), None);
+    let mut a_events = a.subscribe();
+    assert!(a.run_if_leader(G, || async {}).await.is_none());
+    let t1 = elected(&mut a_events, TTL * 3).await;
+    assert!(b.run_if_leader(G, || async {}).await.is_none());
+    assert_eq!(b.leader_id(G).await.unwrap().as_deref(), Some("a"));
+    // Renewals keep working under the user's rules.
+    tokio::time::sleep(RENEW * 3).await;
+    assert!(a.is_leader(G));
+    // The release notice reaches b: SUBSCRIBE and PUBLISH are allowed on the channel.
+    let mut b_events = b.subscribe();
+    let start = Instant::now();
+    a.step_down(G).await.unwrap();
+    let t2 = elected(&mut b_events, TTL).await;
+    let handover = start.elapsed();
+    server.check(
+        handover < Duration::from_millis(300),
+        format!("handover took {handover:?}"),
+    );
+    assert!(t2 > t1);
+    // Everything ran as `app`, which the server logged no ACL denial for.
+    let denials = server.cmd(&["ACL", "LOG"]).await.unwrap();
+    server.check(
+        matches!(&denials, leader_testkit::Reply::Array(v) if v.is_empty()),
+        format!("ACL denials: {denials:?}"),
+    );
+    b.shutdown().await;
+    a.shutdown().await;
+}
+
+/// A `tracing` writer that keeps everything in memory.
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Captured {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+#[tokio::test]
+async fn a_wrong_password_fails_clearly_and_is_never_shown() {
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    // A current-thread runtime: every task of the runtime logs here.
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    let server = server().await;
+    let bad_url = url(&server, WRONG);
+    let config = Config::builder()
+        .redis_url(&bad_url)
+        .ttl(TTL)
+        .renew_interval(RENEW)
+        .retry_interval(Duration::from_millis(200))
+        .instance_id("bad")
+        .build()
+        .unwrap();
+    let debug = format!("{config:?}");
+    assert!(!debug.contains(WRONG), "{debug}");
+    assert!(debug.contains("app:***@"), "{debug}");
+    let rt = Runtime::new(config).unwrap();
+    assert!(!format!("{rt:?}").contains(WRONG));
+
+    let err = rt.leader_id(G).await.unwrap_err();
+    let shown = err.to_string();
+    assert!(matches!(err, Error::Backend { .. }), "{err:?}");
+    assert!(
+        shown.contains("WRONGPASS") || shown.to_lowercase().contains("auth"),
+        "the error must say it is about authentication: {shown}"
+    );
+    assert!(!shown.contains(WRONG), "{shown}");
+    assert!(!format!("{err:?}").contains(WRONG));
+
+    // The election keeps failing (and logging) without electing.
+    let mut events = rt.subscribe();
+    assert!(rt.run_if_leader(G, || async {}).await.is_none());
+    let deadline = Instant::now() + TTL;
+    let mut reported = Vec::new();
+    while let Ok(Ok(event)) = timeout(deadline - Instant::now(), events.recv()).await {
+        match event {
+            Event::Elected { .. } => panic!("elected with a wrong password"),
+            Event::BackendError { message, .. } => reported.push(message),
+            _ => {}
+        }
+        if Instant::now() >= deadline {
+            break;
+        }
+    }
+    assert!(!rt.is_leader(G));
+    for message in &reported {
+        assert!(!message.contains(WRONG), "{message}");
+    }
+    rt.shutdown().await;
+
+    let logs = captured.text();
+    assert!(
+        logs.contains("WRONGPASS") || logs.to_lowercase().contains("auth"),
+        "the failure is logged:\n{logs}"
+    );
+    assert!(
+        !logs.contains(WRONG),
+        "the password leaked into the logs:\n{logs}"
+    );
+}

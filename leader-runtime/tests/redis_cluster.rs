@@ -1,0 +1,218 @@
+//! The same API against a real 3-master Redis Cluster (started per test):
+//! elections on every master, fencing tokens, `leader_id`, handover by
+//! release notice, and notices that survive the loss of the node they were
+//! subscribed on.
+
+use std::time::Duration;
+
+use leader_runtime::{Config, Event, Runtime};
+use leader_testkit::RedisCluster;
+use tokio::sync::broadcast;
+use tokio::time::{timeout, Instant};
+
+const TTL: Duration = Duration::from_millis(2000);
+const RENEW: Duration = Duration::from_millis(600);
+
+fn instance(cluster: &RedisCluster, id: &str) -> Runtime {
+    Runtime::new(
+        Config::builder()
+            .redis_cluster_urls(cluster.urls())
+            .ttl(TTL)
+            .renew_interval(RENEW)
+            .retry_interval(Duration::from_millis(200))
+            .instance_id(id)
+            .build()
+            .unwrap(),
+    )
+    .unwrap()
+}
+
+fn lease_key(group: &str) -> String {
+    format!("leader:{{{group}}}:lease")
+}
+
+fn token_key(group: &str) -> String {
+    format!("leader:{{{group}}}:token")
+}
+
+/// One group name per master, `groups[i]` served by node `i`.
+async fn group_per_node(cluster: &RedisCluster) -> Vec<String> {
+    let mut groups: Vec<Option<String>> = vec![None; cluster.nodes().len()];
+    for n in 0.. {
+        let group = format!("job-{n}");
+        let owner = cluster.master_of(&lease_key(&group)).await.unwrap();
+        if groups[owner].is_none() {
+            groups[owner] = Some(group);
+        }
+        if groups.iter().all(Option::is_some) {
+            break;
+        }
+    }
+    groups.into_iter().map(Option::unwrap).collect()
+}
+
+/// The next `Elected` of `group` (skipping everything else), within `limit`.
+async fn elected(rx: &mut broadcast::Receiver<Event>, group: &str, limit: Duration) -> u64 {
+    timeout(limit, async {
+        loop {
+            match rx.recv().await.unwrap() {
+                Event::Elected {
+                    group: g, token, ..
+                } if g == group => return token,
+                Event::Lost { group: g, .. } if g == group => panic!("lost {group} while waiting"),
+                _ => {}
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("{group}: not elected within {limit:?}"))
+}
+
+/// Start `rt`'s election on `group` and wait until it leads.
+async fn lead(rt: &Runtime, group: &str) -> u64 {
+    let mut events = rt.subscribe();
+    let token = rt
+        .run_if_leader(group, || async {
+            leader_runtime::current_lease().unwrap().token()
+        })
+        .await;
+    match token {
+        Some(token) => token,
+        None => elected(&mut events, group, TTL * 3).await,
+    }
+}
+
+#[tokio::test]
+async fn elects_on_every_master_with_tokens_and_leader_id_and_hands_over_by_notice() {
+    let cluster = RedisCluster::start().await.unwrap();
+    let groups = group_per_node(&cluster).await;
+    // Groups on nodes 1 and 2 have been elected before (a token exists), so
+    // they skip the one-ttl safe start; the group on node 0 takes it.
+    for (i, group) in groups.iter().enumerate().skip(1) {
+        cluster
+            .node(i)
+            .cmd(&["SET", &token_key(group), "1000"])
+            .await
+            .unwrap()
+            .ok()
+            .unwrap();
+    }
+    let a = instance(&cluster, "a");
+    let b = instance(&cluster, "b");
+    for group in &groups {
+        assert_eq!(a.leader_id(group).await.unwrap(), None);
+    }
+
+    let start = Instant::now();
+    let fresh_token = lead(&a, &groups[0]).await;
+    let waited = start.elapsed();
+    assert!(waited >= TTL, "fresh start must wait one ttl: {waited:?}");
+    let mut tokens = vec![fresh_token];
+    for group in &groups[1..] {
+        let start = Instant::now();
+        let token = lead(&a, group).await;
+        assert!(start.elapsed() < TTL / 2, "{group}: {:?}", start.elapsed());
+        assert!(
+            token > 1000,
+            "{group}: token {token} must exceed the stored 1000"
+        );
+        tokens.push(token);
+    }
+
+    for (i, group) in groups.iter().enumerate() {
+        assert!(a.is_leader(group), "{group}");
+        assert!(b.run_if_leader(group, || async {}).await.is_none());
+        assert!(!b.is_leader(group));
+        assert_eq!(b.leader_id(group).await.unwrap().as_deref(), Some("a"));
+        // Both keys live on the master that serves the group's slot.
+        let owner = cluster.node(i);
+        assert_eq!(owner.cmd(&["GET", &lease_key(group)]).await.unwrap(), "a");
+        let stored = owner.cmd(&["GET", &token_key(group)]).await.unwrap();
+        let stored: u64 = stored.as_str().unwrap().parse().unwrap();
+        assert_eq!(stored, tokens[i], "{group}");
+        let pttl = owner.cmd(&["PTTL", &lease_key(group)]).await.unwrap();
+        let pttl = pttl.as_int().unwrap();
+        cluster.check(pttl > 0 && pttl <= 2000, format!("{group}: pttl {pttl}"));
+    }
+
+    // Handover of each group: b is woken by the release notice (published on
+    // the group's master, forwarded by the cluster to the node b listens on),
+    // far sooner than the lease's remaining life.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    for (i, group) in groups.iter().enumerate() {
+        let mut b_events = b.subscribe();
+        let start = Instant::now();
+        a.step_down(group).await.unwrap();
+        let token = elected(&mut b_events, group, TTL).await;
+        let handover = start.elapsed();
+        cluster.check(
+            handover < Duration::from_millis(500),
+            format!("{group}: handover took {handover:?}"),
+        );
+        assert!(token > tokens[i], "{group}: {token} > {}", tokens[i]);
+        assert_eq!(a.leader_id(group).await.unwrap().as_deref(), Some("b"));
+        assert!(!a.is_leader(group) && b.is_leader(group));
+    }
+
+    b.shutdown().await;
+    a.shutdown().await;
+    for (i, group) in groups.iter().enumerate() {
+        assert!(cluster
+            .node(i)
+            .cmd(&["GET", &lease_key(group)])
+            .await
+            .unwrap()
+            .is_nil());
+    }
+}
+
+#[tokio::test]
+async fn notices_move_to_another_node_when_the_subscribed_one_dies() {
+    // Without full coverage, the masters that are up keep serving their
+    // slots while node 0 (the first seed, where notices are subscribed) is down.
+    let mut cluster = RedisCluster::builder()
+        .args(["--cluster-require-full-coverage", "no"])
+        .start()
+        .await
+        .unwrap();
+    let groups = group_per_node(&cluster).await;
+    let group = &groups[1];
+    cluster
+        .node(1)
+        .cmd(&["SET", &token_key(group), "1"])
+        .await
+        .unwrap();
+    // A long ttl: without a notice, b would wait for most of it.
+    let config = |id: &str| {
+        Config::builder()
+            .redis_cluster_urls(cluster.urls())
+            .ttl(Duration::from_secs(6))
+            .renew_interval(Duration::from_secs(1))
+            .retry_interval(Duration::from_millis(200))
+            .instance_id(id)
+            .build()
+            .unwrap()
+    };
+    let a = Runtime::new(config("a")).unwrap();
+    let b = Runtime::new(config("b")).unwrap();
+    lead(&a, group).await;
+    assert!(b.run_if_leader(group, || async {}).await.is_none());
+
+    cluster.node_mut(0).kill().await.unwrap();
+    // b's notice connection fails over to the next seed.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert!(a.is_leader(group), "the group's own master is still up");
+
+    let mut b_events = b.subscribe();
+    let start = Instant::now();
+    a.step_down(group).await.unwrap();
+    elected(&mut b_events, group, Duration::from_secs(7)).await;
+    let handover = start.elapsed();
+    cluster.check(
+        handover < Duration::from_millis(800),
+        format!("handover after losing the subscribed node took {handover:?}"),
+    );
+    assert_eq!(a.leader_id(group).await.unwrap().as_deref(), Some("b"));
+    b.shutdown().await;
+    a.shutdown().await;
+}
