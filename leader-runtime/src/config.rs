@@ -186,6 +186,9 @@ impl ConfigBuilder {
     /// one. While no notice connection is up, followers fall back to the
     /// lease's expiry and `retry_interval`, as with one server.
     ///
+    /// An ACL user needs the rules listed at [`redis_url`](Self::redis_url)
+    /// plus `+cluster|slots` (the client reads the slot map with it).
+    ///
     /// # Examples
     ///
     /// ```

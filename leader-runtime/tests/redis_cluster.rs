@@ -216,3 +216,57 @@ async fn notices_move_to_another_node_when_the_subscribed_one_dies() {
     b.shutdown().await;
     a.shutdown().await;
 }
+
+#[tokio::test]
+async fn an_acl_user_with_the_documented_rules_elects_on_a_cluster() {
+    // The rules of `ConfigBuilder::redis_url`, plus `+cluster|slots` as
+    // `redis_cluster_urls` documents.
+    let rules = "~leader:* &leader:released +evalsha +eval +script|load +get +set \
+                 +pexpire +pttl +del +time +publish +subscribe +ping +cluster|slots";
+    let mut args = vec!["--user", "app", "on", ">app-pw"];
+    args.extend(rules.split_whitespace());
+    let cluster = RedisCluster::builder().args(args).start().await.unwrap();
+    let groups = group_per_node(&cluster).await;
+    for (i, group) in groups.iter().enumerate() {
+        cluster
+            .node(i)
+            .cmd(&["SET", &token_key(group), "1"])
+            .await
+            .unwrap();
+    }
+    let urls: Vec<String> = cluster
+        .nodes()
+        .iter()
+        .map(|n| format!("redis://app:app-pw@127.0.0.1:{}", n.port()))
+        .collect();
+    let config = |id: &str| {
+        Config::builder()
+            .redis_cluster_urls(urls.clone())
+            .ttl(TTL)
+            .renew_interval(RENEW)
+            .retry_interval(Duration::from_millis(200))
+            .instance_id(id)
+            .build()
+            .unwrap()
+    };
+    let a = Runtime::new(config("a")).unwrap();
+    let b = Runtime::new(config("b")).unwrap();
+    for group in &groups {
+        lead(&a, group).await;
+        assert!(b.run_if_leader(group, || async {}).await.is_none());
+        assert_eq!(b.leader_id(group).await.unwrap().as_deref(), Some("a"));
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut b_events = b.subscribe();
+    a.step_down(&groups[2]).await.unwrap();
+    elected(&mut b_events, &groups[2], Duration::from_millis(500)).await;
+    for node in cluster.nodes() {
+        let denials = node.cmd(&["ACL", "LOG"]).await.unwrap();
+        cluster.check(
+            matches!(&denials, leader_testkit::Reply::Array(v) if v.is_empty()),
+            format!("ACL denials on port {}: {denials:?}", node.port()),
+        );
+    }
+    b.shutdown().await;
+    a.shutdown().await;
+}
