@@ -16,7 +16,7 @@ use crate::events::{Event, LostReason};
 use crate::group::{Command, Group};
 use crate::lease::{Lease, Tenure};
 use crate::names::GroupKeys;
-use crate::{jitter, Error, Result};
+use crate::{jitter, metrics, Error, Result};
 
 /// What every election of one runtime shares.
 pub(crate) struct Ctx {
@@ -112,14 +112,23 @@ impl Election {
     async fn follow(&mut self) -> Option<Won> {
         let retry = self.ctx.config.retry_interval;
         loop {
+            if !self.group.observed.eligible() {
+                self.group.mark_first_round();
+                if !self.sit_out().await {
+                    return None;
+                }
+                continue;
+            }
             if let Some(until) = self.cooldown_until.take() {
                 tracing::debug!("stepped down: out of the race until the cooldown ends or another instance releases");
                 if !self.wait(until).await {
                     return None;
                 }
+                continue;
             }
             let sent = Instant::now();
             self.group.counters.acquire_attempt();
+            metrics::acquire_attempt(&self.group.name);
             let ttl = self.ctx.config.ttl;
             let result = self
                 .call(
@@ -130,10 +139,14 @@ impl Election {
             let wait = match result {
                 Ok(Acquire::Won { token, fresh }) => {
                     self.recovered();
+                    self.group
+                        .observed
+                        .saw_holder(Some(&self.ctx.config.instance_id));
                     return Some(Won { token, fresh, sent });
                 }
                 Ok(Acquire::Held { holder, pttl }) => {
                     self.recovered();
+                    self.group.observed.saw_holder(Some(&holder));
                     tracing::trace!(%holder, ?pttl, "lease held by another instance");
                     let notices_up = self.ctx.notices_up.load(Ordering::SeqCst);
                     match pttl {
@@ -165,10 +178,39 @@ impl Election {
                 cmd = self.commands.recv() => match cmd {
                     // Not leader: nothing to hand over.
                     Some(Command::StepDown(reply)) => { let _ = reply.send(Ok(())); }
+                    // Re-enter the loop: it checks the new eligibility.
+                    Some(Command::SetEligible(_, reply)) => { let _ = reply.send(Ok(())); return true; }
                     None => return false,
                 },
                 _ = self.group.released.notified() => return true,
                 _ = sleep_until(deadline) => return true,
+            }
+        }
+    }
+
+    /// Out of the race (not eligible): no acquire attempts until eligible
+    /// again. Answers commands meanwhile. Returns false when the runtime stops.
+    async fn sit_out(&mut self) -> bool {
+        tracing::info!("not eligible: out of the race until set_eligible(true)");
+        loop {
+            if self.group.observed.eligible() {
+                tracing::info!("eligible again: campaigning");
+                // Re-entering the race ends a step-down cooldown too.
+                self.cooldown_until = None;
+                // A release notice that came while out of the race is stale:
+                // the acquire that follows reads the lease anyway.
+                let _ = futures_util::FutureExt::now_or_never(self.group.released.notified());
+                return true;
+            }
+            tokio::select! {
+                biased;
+                _ = self.ctx.stop.cancelled() => return false,
+                cmd = self.commands.recv() => match cmd {
+                    Some(Command::StepDown(reply) | Command::SetEligible(_, reply)) => {
+                        let _ = reply.send(Ok(()));
+                    }
+                    None => return false,
+                },
             }
         }
     }
@@ -210,6 +252,13 @@ impl Election {
                         let _ = reply.send(result);
                         return Flow::Campaign;
                     }
+                    Some(Command::SetEligible(true, reply)) => { let _ = reply.send(Ok(())); }
+                    Some(Command::SetEligible(false, reply)) => {
+                        // Out of the race: hand over like a step-down, then sit out.
+                        let result = self.hand_over(tenure, valid_until, LostReason::SteppedDown).await;
+                        let _ = reply.send(result);
+                        return Flow::Campaign;
+                    }
                     None => {
                         let _ = self.hand_over(tenure, valid_until, LostReason::Shutdown).await;
                         return Flow::Stop;
@@ -241,6 +290,7 @@ impl Election {
             let result = self
                 .call(limit, self.ctx.backend.renew(&self.op(), ttl))
                 .await;
+            metrics::renew_round_trip(&self.group.name, started.elapsed());
             match result {
                 Ok(Renew::Renewed) => {
                     self.recovered();
@@ -288,6 +338,7 @@ impl Election {
         ));
         self.group.begin(tenure.clone());
         self.group.counters.elected();
+        metrics::elected(&self.group.name);
         tracing::info!(token, "elected");
         let lease = Lease {
             tenure: tenure.clone(),
@@ -308,6 +359,7 @@ impl Election {
     /// End the view (if we ever published one) and tell everyone once.
     fn end(&self, tenure: Option<Arc<Tenure>>, reason: LostReason, why: &str) {
         self.group.end();
+        self.group.observed.saw_holder(None);
         let Some(tenure) = tenure else {
             tracing::debug!(
                 why,
@@ -317,6 +369,7 @@ impl Election {
         };
         tenure.end();
         self.group.counters.lost(reason);
+        metrics::lost(&self.group.name, reason);
         match reason {
             LostReason::Expired | LostReason::Superseded => {
                 tracing::warn!(token = tenure.token(), %reason, why, "lost leadership")
@@ -372,6 +425,7 @@ impl Election {
 
     /// Log the first failure of a burst; the rest at debug level.
     fn failed(&mut self, op: &str, e: &Error) {
+        self.group.observed.failed(e);
         if self.failing {
             tracing::debug!(op, error = %e, "backend call failed again");
             return;
@@ -385,6 +439,7 @@ impl Election {
     }
 
     fn recovered(&mut self) {
+        self.group.observed.ok();
         if std::mem::take(&mut self.failing) {
             tracing::info!("backend reachable again");
         }
@@ -393,3 +448,6 @@ impl Election {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod eligibility_tests;

@@ -12,6 +12,7 @@ use tokio::time::Instant;
 
 use crate::lease::{Lease, Tenure};
 use crate::stats::Counters;
+use crate::status::Observed;
 use crate::Result;
 
 tokio::task_local! {
@@ -26,6 +27,10 @@ pub(crate) fn current_lease() -> Option<Lease> {
 /// A request to a group's election task.
 pub(crate) enum Command {
     StepDown(oneshot::Sender<Result<()>>),
+    /// The eligibility flag changed (it is already stored in
+    /// [`Observed`]): hand over if it is now false and we lead, campaign
+    /// again if it is now true.
+    SetEligible(bool, oneshot::Sender<Result<()>>),
 }
 
 pub(crate) struct Group {
@@ -41,6 +46,8 @@ pub(crate) struct Group {
     pub(crate) released: Notify,
     first_round: watch::Sender<bool>,
     pub(crate) counters: Counters,
+    /// What the status page shows; also the eligibility flag.
+    pub(crate) observed: Observed,
     pub(crate) commands: mpsc::Sender<Command>,
 }
 
@@ -56,6 +63,7 @@ impl Group {
             released: Notify::new(),
             first_round: watch::Sender::new(false),
             counters: Counters::default(),
+            observed: Observed::new(true),
             commands,
         }
     }
@@ -67,6 +75,11 @@ impl Group {
             .load()
             .as_ref()
             .is_some_and(|tenure| tenure.is_valid_now())
+    }
+
+    /// The current leadership, if any (its view may have just ended).
+    pub(crate) fn tenure(&self) -> Option<Arc<Tenure>> {
+        self.current.load_full()
     }
 
     /// Start a leadership: publish the view and admit gated runs.

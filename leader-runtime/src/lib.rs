@@ -31,6 +31,8 @@
 
 mod backend;
 mod config;
+#[cfg(feature = "cron")]
+pub mod cron;
 mod election;
 mod error;
 mod events;
@@ -39,9 +41,11 @@ mod global;
 mod group;
 mod jitter;
 mod lease;
+mod metrics;
 mod names;
 mod runtime;
 mod stats;
+mod status;
 
 use std::future::Future;
 
@@ -59,6 +63,7 @@ pub use crate::global::init;
 pub use crate::lease::Lease;
 pub use crate::runtime::Runtime;
 pub use crate::stats::Stats;
+pub use crate::status::GroupStatus;
 
 /// Whether this instance leads `group` right now, on the current runtime
 /// (the one of [`Runtime::scope`], else the global one). Sync and local,
@@ -135,6 +140,48 @@ pub fn subscribe() -> broadcast::Receiver<Event> {
         Some(rt) => rt.subscribe(),
         None => broadcast::channel(1).1,
     }
+}
+
+/// Each group of the current runtime with its state as this instance knows
+/// it, for a health endpoint; empty without a runtime. Never touches the
+/// network. See [`Runtime::status`] and [`GroupStatus`] (what is live and
+/// what is cached).
+///
+/// # Examples
+///
+/// ```no_run
+/// for group in leader_runtime::status() {
+///     println!(
+///         "{}: leader={} leader_id={:?} token={:?} valid_for={:?} last_error={:?}",
+///         group.group, group.is_leader, group.leader_id, group.token, group.valid_for, group.last_error,
+///     );
+/// }
+/// ```
+pub fn status() -> Vec<GroupStatus> {
+    global::current().map(|rt| rt.status()).unwrap_or_default()
+}
+
+/// Take this instance out of the race for `group` (`false`), or put it back
+/// (`true`), on the current runtime; see [`Runtime::set_eligible`].
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn before_deploy() -> leader_runtime::Result<()> {
+/// // Draining before a deploy: hand the lease over and stay out of the race.
+/// leader_runtime::set_eligible("cleanup", false).await?;
+/// # Ok(()) }
+/// ```
+///
+/// # Errors
+///
+/// [`Error::NotConfigured`] without a runtime; otherwise as
+/// [`Runtime::set_eligible`].
+pub async fn set_eligible(group: &str, eligible: bool) -> Result<()> {
+    global::current()
+        .ok_or(Error::NotConfigured)?
+        .set_eligible(group, eligible)
+        .await
 }
 
 /// Release every lease held by the current runtime and stop its elections;

@@ -70,6 +70,13 @@ impl GroupKeys {
     }
 }
 
+/// The key claiming one cron tick of `group` (`tick`: `<job name>:<unix ms>`),
+/// in the group's hash slot.
+#[cfg(feature = "cron")]
+pub(crate) fn tick_key(prefix: &str, group: &str, tick: &str) -> String {
+    format!("{prefix}:{{{group}}}:tick:{tick}")
+}
+
 /// The pub/sub channel on which releases of every group under `prefix` are announced.
 pub(crate) fn release_channel(prefix: &str) -> String {
     format!("{prefix}:released")
@@ -113,6 +120,11 @@ mod tests {
         let keys = GroupKeys::new("leader", "cleanup");
         assert_eq!(keys.lease, "leader:{cleanup}:lease");
         assert_eq!(keys.token, "leader:{cleanup}:token");
+        #[cfg(feature = "cron")]
+        assert_eq!(
+            tick_key("leader", "cleanup", "purge:1700000000000"),
+            "leader:{cleanup}:tick:purge:1700000000000"
+        );
     }
 
     #[test]

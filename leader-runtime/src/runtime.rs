@@ -19,6 +19,7 @@ use crate::group::{self, Command, Group};
 use crate::lease::Lease;
 use crate::names::{release_channel, validate_group, GroupKeys};
 use crate::stats::Stats;
+use crate::status::{self, GroupStatus};
 use crate::{Error, Result};
 
 tokio::task_local! {
@@ -254,6 +255,162 @@ impl Runtime {
         self.inner.shared.ctx.events.subscribe()
     }
 
+    /// Each group this instance has used, sorted by name, with its state as
+    /// this instance knows it: see [`GroupStatus`] for what is live and what
+    /// is cached. Never touches the network, never waits on an election.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use leader_runtime::{Config, MemoryBackend, Runtime};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), leader_runtime::Error> {
+    /// let shared = MemoryBackend::new();
+    /// let a = Runtime::new(Config::builder().memory(shared.clone()).instance_id("a").build()?)?;
+    /// let b = Runtime::new(Config::builder().memory(shared.clone()).instance_id("b").build()?)?;
+    /// a.run_if_leader("reports", || async {}).await;
+    /// b.run_if_leader("reports", || async {}).await;
+    /// let seen_by_b = &b.status()[0];
+    /// assert!(!seen_by_b.is_leader);
+    /// assert_eq!(seen_by_b.leader_id.as_deref(), Some("a")); // from b's last acquire reply
+    /// # a.shutdown().await;
+    /// # b.shutdown().await;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn status(&self) -> Vec<GroupStatus> {
+        let groups: Vec<Arc<Group>> = self
+            .inner
+            .shared
+            .groups
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .values()
+            .cloned()
+            .collect();
+        let mut status: Vec<GroupStatus> = groups
+            .iter()
+            .map(|g| status::of(g, self.instance_id()))
+            .collect();
+        status.sort_by(|a, b| a.group.cmp(&b.group));
+        status
+    }
+
+    /// Whether this runtime still runs: true until [`shutdown`](Self::shutdown)
+    /// starts. A health check can answer "unhealthy" once it is false.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use leader_runtime::{Config, MemoryBackend, Runtime};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), leader_runtime::Error> {
+    /// let runtime = Runtime::new(Config::builder().memory(MemoryBackend::new()).build()?)?;
+    /// assert!(runtime.is_running());
+    /// runtime.shutdown().await;
+    /// assert!(!runtime.is_running());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn is_running(&self) -> bool {
+        !self.inner.shared.ctx.stop.is_cancelled()
+    }
+
+    /// Take this instance out of the race for `group` (`false`) or put it
+    /// back in (`true`), without stopping the runtime — e.g. to drain an
+    /// instance before a deploy.
+    ///
+    /// - `false` while leading: stop admitting gated runs, wait for those in
+    ///   flight (bounded by what the view has left), end the view and release
+    ///   the lease, as [`step_down`](Self::step_down) does (the loss is
+    ///   reported with [`LostReason::SteppedDown`](crate::LostReason::SteppedDown));
+    ///   then make no acquire attempts until eligible again. Returns after
+    ///   the release.
+    /// - `false` while following: stop making acquire attempts. A group never
+    ///   used before is registered ineligible, so its first use does not
+    ///   campaign.
+    /// - `true`: campaign again right away (this also ends a step-down's
+    ///   cooldown). On a group never used it does nothing: groups are eligible
+    ///   by default.
+    ///
+    /// [`status`](Self::status) shows the flag.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use leader_runtime::{Config, MemoryBackend, Runtime};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), leader_runtime::Error> {
+    /// let shared = MemoryBackend::new();
+    /// let a = Runtime::new(Config::builder().memory(shared.clone()).instance_id("a").build()?)?;
+    /// let b = Runtime::new(Config::builder().memory(shared.clone()).instance_id("b").build()?)?;
+    /// assert!(a.run_if_leader("jobs", || async {}).await.is_some());
+    /// b.run_if_leader("jobs", || async {}).await; // b follows
+    ///
+    /// a.set_eligible("jobs", false).await?; // drain a before its deploy
+    /// assert!(!a.is_leader("jobs"));
+    /// # tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    /// assert_eq!(b.leader_id("jobs").await?.as_deref(), Some("b")); // b took over at once
+    ///
+    /// a.set_eligible("jobs", true).await?; // back in the race, as a follower now
+    /// # a.shutdown().await;
+    /// # b.shutdown().await;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidGroup`]; [`Error::ShutDown`]; the backend's error if
+    /// the release failed (the view has ended anyway, and the lease expires
+    /// by itself within one `ttl`).
+    ///
+    /// # Cancel safety
+    ///
+    /// The flag is set at the first poll; dropping the future then does not
+    /// undo it, and a hand-over that started goes on.
+    pub async fn set_eligible(&self, group: &str, eligible: bool) -> Result<()> {
+        validate_group(group)?;
+        let group = match self.registered(group) {
+            Some(group) => group,
+            None if eligible => return Ok(()),
+            None => self.register(group, false)?,
+        };
+        group.observed.set_eligible(eligible);
+        let (reply, answer) = oneshot::channel();
+        group
+            .commands
+            .send(Command::SetEligible(eligible, reply))
+            .await
+            .map_err(|_| Error::ShutDown)?;
+        answer.await.map_err(|_| Error::ShutDown)?
+    }
+
+    /// Claim cron tick `tick` of `group` fleet-wide (`SET NX PX ttl`);
+    /// true when this call claimed it.
+    #[cfg(feature = "cron")]
+    pub(crate) async fn claim_tick(
+        &self,
+        group: &str,
+        tick: &str,
+        value: &str,
+        ttl: std::time::Duration,
+    ) -> Result<bool> {
+        let ctx = &self.inner.shared.ctx;
+        let key = crate::names::tick_key(&ctx.config.key_prefix, group, tick);
+        let limit = ctx.config.call_timeout;
+        match tokio::time::timeout(limit, ctx.backend.claim(group, &key, value, ttl)).await {
+            Ok(r) => r,
+            Err(_) => Err(Error::Timeout {
+                group: group.to_owned(),
+                after: limit,
+            }),
+        }
+    }
+
     /// Release every held lease (after draining gated runs) and stop all
     /// elections. Later calls are not leader.
     ///
@@ -291,6 +448,12 @@ impl Runtime {
 
     /// A registered group, or register it and start its election.
     pub(crate) fn group(&self, name: &str) -> Result<Arc<Group>> {
+        self.register(name, true)
+    }
+
+    /// A registered group, or register it (taking part in the election or
+    /// not) and start its election.
+    fn register(&self, name: &str, eligible: bool) -> Result<Arc<Group>> {
         if let Some(group) = self.registered(name) {
             return Ok(group);
         }
@@ -309,6 +472,7 @@ impl Runtime {
         let name: Arc<str> = Arc::from(name);
         let (commands, command_rx) = mpsc::channel(8);
         let group = Arc::new(Group::new(name.clone(), commands));
+        group.observed.set_eligible(eligible);
         groups.insert(name, group.clone());
         shared.tasks.spawn_on(
             election::run(group.clone(), shared.ctx.clone(), command_rx),

@@ -56,6 +56,8 @@ struct Inner {
 struct State {
     leases: HashMap<String, (String, Instant)>,
     tokens: HashMap<String, u64>,
+    /// Keys set with [`MemoryBackend::claim`] (`SET NX PX`), with their expiry.
+    claims: HashMap<String, Instant>,
     /// Whether data was ever lost ([`MemoryBackend::flush`]): only then can a
     /// missing token counter hide an earlier leader.
     flushed: bool,
@@ -94,6 +96,7 @@ impl MemoryBackend {
         let mut state = self.state();
         state.leases.clear();
         state.tokens.clear();
+        state.claims.clear();
         state.flushed = true;
     }
 
@@ -200,6 +203,25 @@ impl MemoryBackend {
         self.check_available(group)?;
         let mut state = self.state();
         Ok(Self::live(&mut state, &keys.lease).map(|(h, _)| h.clone()))
+    }
+
+    #[cfg(feature = "cron")]
+    pub(super) fn claim(
+        &self,
+        group: &str,
+        key: &str,
+        _value: &str,
+        ttl: Duration,
+    ) -> Result<bool> {
+        self.check_available(group)?;
+        let now = Instant::now();
+        let mut state = self.state();
+        state.claims.retain(|_, expires| *expires > now);
+        if state.claims.contains_key(key) {
+            return Ok(false);
+        }
+        state.claims.insert(key.to_owned(), now + ttl);
+        Ok(true)
     }
 
     pub(super) fn spawn_notices(

@@ -90,6 +90,22 @@ impl Backend {
         }
     }
 
+    /// Create `key` with `value`, expiring after `ttl`, unless it exists
+    /// (`SET NX PX`); returns whether this call created it.
+    #[cfg(feature = "cron")]
+    pub(crate) async fn claim(
+        &self,
+        group: &str,
+        key: &str,
+        value: &str,
+        ttl: Duration,
+    ) -> Result<bool> {
+        match self {
+            Backend::Redis(b) => b.claim(group, key, value, ttl).await,
+            Backend::Memory(b) => b.claim(group, key, value, ttl),
+        }
+    }
+
     /// Start delivering release notices on `channel` to `sink` until `stop`;
     /// `up` tells whether notices can currently arrive.
     pub(crate) fn spawn_notices(
