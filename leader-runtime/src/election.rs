@@ -299,7 +299,7 @@ impl Election {
                     self.group.counters.renewed();
                     tracing::trace!(elapsed = ?started.elapsed(), "renewed");
                     if let Some(t) = &tenure {
-                        t.extend(valid_until);
+                        self.group.extend(t, valid_until);
                         let _ = self.ctx.events.send(Event::Renewed {
                             group: self.group.name.to_string(),
                             token: t.token(),

@@ -3,8 +3,10 @@
 use std::future::Future;
 use std::sync::{Arc, OnceLock};
 
+use futures_util::future::{ready, Either, FutureExt};
+
 use crate::global;
-use crate::group::Group;
+use crate::group::{run_admitted, run_sync_admitted, scope, Group, GroupRef};
 
 /// One per gated call site (a `static`): the group and its cached handle.
 pub struct CallSite {
@@ -46,6 +48,16 @@ impl CallSite {
         }
     }
 
+    /// The slow path of [`gate_async`]: look the group up, then admit.
+    async fn lookup_and_run<F: Future>(
+        &'static self,
+        cancel_on_loss: bool,
+        body: F,
+    ) -> Option<F::Output> {
+        let admitted = GroupRef::Shared(self.lookup().await?).admit()?;
+        run_admitted(admitted, cancel_on_loss, body).await
+    }
+
     fn lookup_sync(&'static self) -> Option<Arc<Group>> {
         let runtime = global::current()?;
         match runtime.group(self.group) {
@@ -62,15 +74,32 @@ impl CallSite {
 }
 
 /// Run an async body if this instance leads the call site's group.
-pub async fn gate_async<T, F>(site: &'static CallSite, cancel_on_loss: bool, body: F) -> Option<T>
+///
+/// The admission is decided when this is called (the expansion awaits it at
+/// once). On the cached path the returned future is the body in its
+/// task-local scope, nothing more; the first call of a site (or a call from
+/// another runtime than the cached one) and `cancel_on_loss` bodies run in a
+/// boxed future, so that their larger state does not weigh on the common path.
+pub fn gate_async<T, F>(
+    site: &'static CallSite,
+    cancel_on_loss: bool,
+    body: F,
+) -> impl Future<Output = Option<T>>
 where
     F: Future<Output = T>,
 {
-    if let Some(group) = site.cached() {
-        return group.run(cancel_on_loss, body).await;
+    match site.cached().map(|group| GroupRef::Static(group).admit()) {
+        Some(Some(admitted)) if !cancel_on_loss => {
+            Either::Left(Either::Left(scope(admitted, body).map(Some)))
+        }
+        Some(None) => Either::Left(Either::Right(ready(None))),
+        Some(Some(admitted)) => {
+            Either::Right(Either::Left(Box::pin(run_admitted(admitted, true, body))))
+        }
+        None => Either::Right(Either::Right(Box::pin(
+            site.lookup_and_run(cancel_on_loss, body),
+        ))),
     }
-    let group = site.lookup().await?;
-    group.run(cancel_on_loss, body).await
 }
 
 /// Run a sync body if this instance leads the call site's group. The first
@@ -80,8 +109,9 @@ pub fn gate_sync<T, F>(site: &'static CallSite, body: F) -> Option<T>
 where
     F: FnOnce() -> T,
 {
-    if let Some(group) = site.cached() {
-        return group.run_sync(body);
-    }
-    site.lookup_sync()?.run_sync(body)
+    let admitted = match site.cached() {
+        Some(group) => GroupRef::Static(group).admit()?,
+        None => GroupRef::Shared(site.lookup_sync()?).admit()?,
+    };
+    Some(run_sync_admitted(admitted, body))
 }

@@ -2,8 +2,11 @@
 //! what the election and the gate share.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
-use std::sync::Arc;
+use std::ops::Deref;
+use std::sync::atomic::{
+    AtomicBool, AtomicU64, AtomicUsize, Ordering::Acquire, Ordering::Relaxed, Ordering::SeqCst,
+};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use arc_swap::ArcSwapOption;
@@ -16,12 +19,16 @@ use crate::status::Observed;
 use crate::Result;
 
 tokio::task_local! {
-    static CURRENT_LEASE: Lease;
+    /// The admission of the gated body running on this task.
+    static CURRENT_LEASE: Admitted;
 }
 
 /// The lease of the gated body running on this task, if any.
 pub(crate) fn current_lease() -> Option<Lease> {
-    CURRENT_LEASE.try_with(Lease::clone).ok()
+    CURRENT_LEASE
+        .try_with(|admitted| admitted.group.lease(admitted.token))
+        .ok()
+        .flatten()
 }
 
 /// A request to a group's election task.
@@ -36,8 +43,18 @@ pub(crate) enum Command {
 pub(crate) struct Group {
     pub(crate) name: Arc<str>,
     pub(crate) base: Instant,
+    /// The gate's view: end of the current leadership's view in nanoseconds
+    /// since `base`, 0 while not leader. Mirrors the current tenure, so the
+    /// gate checks one atomic against the clock and touches no reference count.
+    view: AtomicU64,
+    /// The token of the leadership `view` belongs to (stored before `view`).
+    token: AtomicU64,
     /// The current leadership; `None` while not leader.
     current: ArcSwapOption<Tenure>,
+    /// Ended leaderships that gated runs still in flight may ask for with
+    /// `current_lease`; emptied whenever nothing is in flight. Its lock also
+    /// orders changes of `current` against those lookups (never the gate).
+    retired: Mutex<Vec<Arc<Tenure>>>,
     /// False while draining: no new gated runs start.
     admitting: AtomicBool,
     in_flight: AtomicUsize,
@@ -56,7 +73,10 @@ impl Group {
         Self {
             name,
             base: Instant::now(),
+            view: AtomicU64::new(0),
+            token: AtomicU64::new(0),
             current: ArcSwapOption::empty(),
+            retired: Mutex::new(Vec::new()),
             admitting: AtomicBool::new(false),
             in_flight: AtomicUsize::new(0),
             drained: Notify::new(),
@@ -71,10 +91,37 @@ impl Group {
     /// Local, lock-free: is the last confirmed lease certainly unexpired?
     #[inline]
     pub(crate) fn is_leader(&self) -> bool {
-        self.current
-            .load()
-            .as_ref()
-            .is_some_and(|tenure| tenure.is_valid_now())
+        let view = self.view.load(SeqCst);
+        view != 0 && self.now_ns() < view
+    }
+
+    /// The monotonic clock, in nanoseconds since `base` (tokio's clock, so
+    /// paused-time tests drive it).
+    #[inline]
+    fn now_ns(&self) -> u64 {
+        self.ns(Instant::now())
+    }
+
+    #[inline]
+    fn ns(&self, t: Instant) -> u64 {
+        let d = t.saturating_duration_since(self.base);
+        d.as_secs()
+            .saturating_mul(1_000_000_000)
+            .saturating_add(u64::from(d.subsec_nanos()))
+    }
+
+    fn retired(&self) -> MutexGuard<'_, Vec<Arc<Tenure>>> {
+        self.retired.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The lease of the leadership with `token`: the current one, or an ended
+    /// one a gated run still in flight was admitted under.
+    fn lease(&self, token: u64) -> Option<Lease> {
+        let retired = self.retired();
+        let current = self.current.load_full().filter(|t| t.token() == token);
+        current
+            .or_else(|| retired.iter().find(|t| t.token() == token).cloned())
+            .map(|tenure| Lease { tenure })
     }
 
     /// The current leadership, if any (its view may have just ended).
@@ -84,14 +131,38 @@ impl Group {
 
     /// Start a leadership: publish the view and admit gated runs.
     pub(crate) fn begin(&self, tenure: Arc<Tenure>) {
+        let view = self.ns(tenure.valid_until());
+        let mut retired = self.retired();
+        if self.in_flight.load(SeqCst) == 0 {
+            retired.clear();
+        }
+        self.token.store(tenure.token(), SeqCst);
         self.current.store(Some(tenure));
+        self.view.store(view, SeqCst);
         self.admitting.store(true, SeqCst);
+    }
+
+    /// A renewal moved the end of the current leadership's view.
+    pub(crate) fn extend(&self, tenure: &Tenure, valid_until: Instant) {
+        tenure.extend(valid_until);
+        if self.view.load(SeqCst) != 0 {
+            self.view.store(self.ns(valid_until), SeqCst);
+        }
     }
 
     /// End the view now (the tenure itself is ended by the caller).
     pub(crate) fn end(&self) {
+        self.view.store(0, SeqCst);
         self.admitting.store(false, SeqCst);
-        self.current.store(None);
+        let mut retired = self.retired();
+        let ended = self.current.swap(None);
+        // A run admitted under the ended view counted itself before it read
+        // the view, so a zero here means none was.
+        if self.in_flight.load(SeqCst) == 0 {
+            retired.clear();
+        } else {
+            retired.extend(ended);
+        }
     }
 
     /// Stop admitting new gated runs, then wait for those in flight, at most
@@ -112,50 +183,15 @@ impl Group {
         }
     }
 
-    /// Admit one gated run if this instance leads and is not draining.
-    fn admit(&self) -> Option<Admitted<'_>> {
-        let tenure = self.current.load_full()?;
-        if !tenure.is_valid_now() {
-            return None;
-        }
-        // Count first, then check the flag: a drain that cleared the flag
-        // before our check waits for us; one that cleared it after sees us.
-        self.in_flight.fetch_add(1, SeqCst);
-        let admitted = Admitted {
-            group: self,
-            lease: Lease { tenure },
-        };
-        if self.admitting.load(SeqCst) {
-            Some(admitted)
-        } else {
-            None // dropping `admitted` undoes the count
-        }
-    }
-
     /// Run an async gated body: `None` when not leader, or when
     /// `cancel_on_loss` and the leadership ended before the body finished.
-    pub(crate) async fn run<F: Future>(&self, cancel_on_loss: bool, body: F) -> Option<F::Output> {
-        let admitted = self.admit()?;
-        let lease = admitted.lease.clone();
-        let body = CURRENT_LEASE.scope(admitted.lease.clone(), body);
-        if cancel_on_loss {
-            tokio::select! {
-                biased;
-                out = body => Some(out),
-                _ = lease.lost() => {
-                    tracing::warn!(group = %self.name, token = lease.token(), "leadership ended mid-run; gated body cancelled");
-                    None
-                }
-            }
-        } else {
-            Some(body.await)
-        }
-    }
-
-    /// Run a sync gated body: `None` when not leader.
-    pub(crate) fn run_sync<T>(&self, body: impl FnOnce() -> T) -> Option<T> {
-        let admitted = self.admit()?;
-        Some(CURRENT_LEASE.sync_scope(admitted.lease.clone(), body))
+    pub(crate) async fn run<F: Future>(
+        self: &Arc<Self>,
+        cancel_on_loss: bool,
+        body: F,
+    ) -> Option<F::Output> {
+        let admitted = GroupRef::Shared(self.clone()).admit()?;
+        run_admitted(admitted, cancel_on_loss, body).await
     }
 
     pub(crate) fn mark_first_round(&self) {
@@ -173,16 +209,110 @@ impl Group {
     }
 }
 
-/// A gated run in flight; dropping it lets a drain proceed.
-struct Admitted<'a> {
-    group: &'a Group,
-    lease: Lease,
+/// A group as the gate holds it: borrowed from a call site's cache (no
+/// reference count to touch), or shared.
+pub(crate) enum GroupRef {
+    Static(&'static Group),
+    Shared(Arc<Group>),
 }
 
-impl Drop for Admitted<'_> {
-    fn drop(&mut self) {
-        if self.group.in_flight.fetch_sub(1, SeqCst) == 1 {
-            self.group.drained.notify_waiters();
+impl Deref for GroupRef {
+    type Target = Group;
+
+    #[inline]
+    fn deref(&self) -> &Group {
+        match self {
+            GroupRef::Static(group) => group,
+            GroupRef::Shared(group) => group,
         }
     }
+}
+
+impl GroupRef {
+    /// Admit one gated run if this instance leads, the view is valid now and
+    /// the group is not draining. The gate's hot path: on a follower one
+    /// atomic load; on a leader two atomic read-modify-writes (count in, and
+    /// out on drop), a few loads and one read of the monotonic clock. No
+    /// lock, no allocation, no reference count.
+    #[inline]
+    pub(crate) fn admit(self) -> Option<Admitted> {
+        if self.view.load(Relaxed) == 0 {
+            return None; // not leader: no clock read
+        }
+        // Count first, then check: a drain that stopped admitting before our
+        // check waits for us; one that stopped it after sees us.
+        self.in_flight.fetch_add(1, SeqCst);
+        let mut admitted = Admitted {
+            group: self,
+            token: 0,
+        };
+        // Dropping `admitted` undoes the count.
+        let group = &*admitted.group;
+        if !group.admitting.load(SeqCst) {
+            return None;
+        }
+        // Never valid at or after `valid_until`: read the view, then the clock.
+        let view = group.view.load(SeqCst);
+        if group.now_ns() >= view {
+            return None;
+        }
+        // Stored before the view, so at least as new as the view just read.
+        let token = group.token.load(Acquire);
+        admitted.token = token;
+        Some(admitted)
+    }
+}
+
+/// A gated run in flight, admitted under the leadership with `token`. It is
+/// the body's task-local (how `current_lease` finds its lease), and dropping
+/// it lets a drain proceed.
+pub(crate) struct Admitted {
+    group: GroupRef,
+    token: u64,
+}
+
+impl Drop for Admitted {
+    #[inline]
+    fn drop(&mut self) {
+        let group = &*self.group;
+        // Only a drain waits for the count to reach zero, and it stops
+        // admitting first: no wake-up (a lock inside `Notify`) otherwise.
+        if group.in_flight.fetch_sub(1, SeqCst) == 1 && !group.admitting.load(SeqCst) {
+            group.drained.notify_waiters();
+        }
+    }
+}
+
+/// The body, with `admitted` as its task-local (see [`current_lease`]).
+#[inline]
+pub(crate) fn scope<F: Future>(admitted: Admitted, body: F) -> impl Future<Output = F::Output> {
+    CURRENT_LEASE.scope(admitted, body)
+}
+
+/// Run an async gated body under `admitted`: `None` when `cancel_on_loss`
+/// and the leadership ended before the body finished.
+pub(crate) async fn run_admitted<F: Future>(
+    admitted: Admitted,
+    cancel_on_loss: bool,
+    body: F,
+) -> Option<F::Output> {
+    if !cancel_on_loss {
+        return Some(CURRENT_LEASE.scope(admitted, body).await);
+    }
+    let lease = admitted.group.lease(admitted.token)?;
+    let body = CURRENT_LEASE.scope(admitted, body);
+    tokio::select! {
+        biased;
+        out = body => Some(out),
+        _ = lease.lost() => {
+            tracing::warn!(group = lease.group(), token = lease.token(), "leadership ended mid-run; gated body cancelled");
+            None
+        }
+    }
+}
+
+/// Run a sync gated body under `admitted`.
+#[inline]
+pub(crate) fn run_sync_admitted<T>(admitted: Admitted, body: impl FnOnce() -> T) -> T {
+    CURRENT_LEASE.sync_scope(admitted, body)
 }

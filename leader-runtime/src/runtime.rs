@@ -28,6 +28,10 @@ tokio::task_local! {
 
 static NEXT_RUNTIME_ID: AtomicU64 = AtomicU64::new(1);
 
+/// Whether [`Runtime::scope`] was ever called: until then no task can have a
+/// scoped runtime, and the gate skips looking for one.
+static SCOPES_USED: AtomicBool = AtomicBool::new(false);
+
 /// One instance's view of every group: elections, local views, events.
 ///
 /// The free functions ([`is_leader`](crate::is_leader), …) use the global
@@ -443,6 +447,7 @@ impl Runtime {
     /// # }
     /// ```
     pub fn scope<F: Future>(&self, fut: F) -> impl Future<Output = F::Output> {
+        SCOPES_USED.store(true, Ordering::Release);
         CURRENT_RUNTIME.scope(self.clone(), fut)
     }
 
@@ -507,6 +512,9 @@ pub(crate) fn scoped() -> Option<Runtime> {
 
 /// The id of the scoped runtime, without cloning it.
 pub(crate) fn scoped_id() -> Option<u64> {
+    if !SCOPES_USED.load(Ordering::Acquire) {
+        return None;
+    }
     CURRENT_RUNTIME.try_with(Runtime::id).ok()
 }
 
