@@ -223,7 +223,10 @@ impl Election {
         let quick_retry =
             (renew_every / 10).clamp(Duration::from_millis(5), Duration::from_millis(200));
         let mut valid_until = won.sent + ttl - margin;
-        let mut next_renew = won.sent + renew_every;
+        let mut next_renew = self
+            .ctx
+            .backend
+            .renew_at(won.sent + renew_every, renew_every);
         // Safe start: with the token counter gone, a leader from before the
         // data loss may still believe it leads for up to one ttl.
         let mut ready_at = won.fresh.then_some(won.sent + ttl);
@@ -295,7 +298,7 @@ impl Election {
                 Ok(Renew::Renewed) => {
                     self.recovered();
                     valid_until = sent + ttl - margin;
-                    next_renew = sent + renew_every;
+                    next_renew = self.ctx.backend.renew_at(sent + renew_every, renew_every);
                     self.group.counters.renewed();
                     tracing::trace!(elapsed = ?started.elapsed(), "renewed");
                     if let Some(t) = &tenure {

@@ -4,6 +4,7 @@
 //! (acquire, renew, release) atomically, reads the holder, and delivers
 //! release notices.
 
+mod batch;
 mod memory;
 mod redis;
 
@@ -11,6 +12,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 pub use self::memory::MemoryBackend;
@@ -72,6 +74,16 @@ impl Backend {
         match self {
             Backend::Redis(b) => b.renew(op, ttl).await,
             Backend::Memory(b) => b.renew(op, ttl),
+        }
+    }
+
+    /// When a leader renews a lease due for renewal at `due` (renewing every
+    /// `every`): Redis moves it back onto a grid shared by its groups so that
+    /// their renewals batch; in memory, `due` itself.
+    pub(crate) fn renew_at(&self, due: Instant, every: Duration) -> Instant {
+        match self {
+            Backend::Redis(b) => b.renew_at(due, every),
+            Backend::Memory(_) => due,
         }
     }
 

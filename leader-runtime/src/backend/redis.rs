@@ -15,8 +15,10 @@ use redis::cluster_async::ClusterConnection;
 use redis::{
     Cmd, ErrorKind, IntoConnectionInfo, Pipeline, RedisFuture, Script, ServerErrorKind, Value,
 };
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::batch::RenewBatcher;
 use super::{Acquire, NoticeSink, Op, Renew};
 use crate::config::redact_url;
 use crate::names::GroupKeys;
@@ -308,6 +310,8 @@ impl ConnectionLike for Conn {
 #[derive(Clone)]
 pub(crate) struct RedisBackend {
     conn: Conn,
+    /// Renewals of many groups in one round trip (see `batch.rs`).
+    renewals: RenewBatcher,
     /// The server, or each seed node of a cluster: the release-notice
     /// subscription uses them in turn, moving on when one fails.
     notice_nodes: Arc<[redis::Client]>,
@@ -324,7 +328,6 @@ pub(crate) struct RedisBackend {
 /// restarted (script cache emptied) server needs.
 struct Scripts {
     acquire: Script,
-    renew: Script,
     release: Script,
 }
 
@@ -363,11 +366,11 @@ impl RedisBackend {
             }
         };
         Ok(Self {
+            renewals: RenewBatcher::new(conn.clone(), config.cluster),
             conn,
             notice_nodes: clients.nodes.into(),
             scripts: Arc::new(Scripts {
                 acquire: Script::new(include_str!("acquire.lua")),
-                renew: Script::new(include_str!("renew.lua")),
                 release: Script::new(include_str!("release.lua")),
             }),
             min_replicas: config.options.min_replicas,
@@ -465,21 +468,14 @@ impl RedisBackend {
         }
     }
     pub(super) async fn renew(&self, op: &Op<'_>, ttl: Duration) -> Result<Renew> {
-        let reply: Value = self
-            .scripts
-            .renew
-            .key(&op.keys.lease)
-            .arg(op.id)
-            .arg(millis(ttl))
-            .invoke_async(&mut self.conn.clone())
+        self.renewals
+            .renew(op.group, &op.keys.lease, op.id, millis(ttl))
             .await
-            .map_err(|e| backend_err(op.group, &e))?;
-        match reply {
-            Value::Int(1) => Ok(Renew::Renewed),
-            Value::Int(0) => Ok(Renew::Gone),
-            Value::Int(-1) => Ok(Renew::Other),
-            other => Err(protocol_err(op.group, "renew", &other)),
-        }
+    }
+
+    /// When to renew a lease due at `due`: on the grid the batches share.
+    pub(super) fn renew_at(&self, due: Instant, every: Duration) -> Instant {
+        self.renewals.align(due, every)
     }
 
     pub(super) async fn release(&self, op: &Op<'_>, channel: &str) -> Result<bool> {

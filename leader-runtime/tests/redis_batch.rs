@@ -1,0 +1,107 @@
+//! Renewals of many groups of one runtime go to Redis in batches: a few
+//! script calls per renew tick, not one per group; and one group's broken
+//! key does not fail the renewals of the others in its batch.
+
+use std::time::Duration;
+
+use leader_runtime::{Config, Runtime};
+use leader_testkit::{RedisServer, Reply};
+use tokio::time::{sleep, timeout};
+
+const TTL: Duration = Duration::from_millis(1500);
+const RENEW: Duration = Duration::from_millis(300);
+const GROUPS: usize = 200;
+
+fn instance(server: &RedisServer) -> Runtime {
+    Runtime::new(
+        Config::builder()
+            .redis_url(server.url())
+            .ttl(TTL)
+            .renew_interval(RENEW)
+            .instance_id("a")
+            .build()
+            .unwrap(),
+    )
+    .unwrap()
+}
+
+fn names() -> Vec<String> {
+    (0..GROUPS).map(|i| format!("g{i}")).collect()
+}
+
+/// Start every group's election and wait until this runtime leads them all.
+async fn lead_all(rt: &Runtime, server: &RedisServer) {
+    for g in names() {
+        rt.is_leader(&g);
+    }
+    // First election on a new server: each view turns true one ttl after its acquisition.
+    let all = timeout(TTL * 4, async {
+        while !names().iter().all(|g| rt.is_leader(g)) {
+            sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(all.is_ok(), "not every group led\n{}", server.report());
+}
+
+async fn evalsha_calls(server: &RedisServer) -> u64 {
+    let info = server.cmd(&["INFO", "commandstats"]).await.unwrap();
+    let Reply::Bulk(text) = &info else {
+        panic!("{info:?}")
+    };
+    text.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:"))
+        .and_then(|l| l.split(',').find_map(|f| f.strip_prefix("calls=")))
+        .map_or(0, |c| c.parse().unwrap())
+}
+
+#[tokio::test]
+async fn many_groups_renew_in_a_few_script_calls_per_tick() {
+    let server = RedisServer::start().await.unwrap();
+    let rt = instance(&server);
+    lead_all(&rt, &server).await;
+    let renewals =
+        |rt: &Runtime| -> u64 { names().iter().map(|g| rt.stats(g).unwrap().renewals).sum() };
+    // Two ticks to settle on the shared grid, then count over ~5 ticks.
+    sleep(RENEW * 2).await;
+    server.cmd(&["CONFIG", "RESETSTAT"]).await.unwrap();
+    let before = renewals(&rt);
+    sleep(RENEW * 5).await;
+    let calls = evalsha_calls(&server).await;
+    let renewed = renewals(&rt) - before;
+    assert!(
+        renewed >= 4 * GROUPS as u64,
+        "{renewed} renewals\n{}",
+        server.report()
+    );
+    // One call per tick (200 keys fit one batch), plus a little slack for a tick
+    // that straddles the window's ends or a group off the grid for one tick.
+    assert!(
+        calls <= 12,
+        "{calls} script calls for {renewed} renewals\n{}",
+        server.report()
+    );
+    assert!(names().iter().all(|g| rt.is_leader(g)));
+    rt.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_broken_key_fails_only_its_own_group_in_a_batch() {
+    let server = RedisServer::start().await.unwrap();
+    let rt = instance(&server);
+    lead_all(&rt, &server).await;
+    server.cmd(&["DEL", "leader:{g7}:lease"]).await.unwrap();
+    server
+        .cmd(&["HSET", "leader:{g7}:lease", "f", "v"])
+        .await
+        .unwrap();
+    // Past the end of g7's view: it has ended, the others were renewed all along.
+    sleep(TTL + RENEW).await;
+    assert!(!rt.is_leader("g7"));
+    assert!(rt.stats("g7").unwrap().renew_failures > 0);
+    for g in names().iter().filter(|g| g.as_str() != "g7") {
+        assert!(rt.is_leader(g), "{g}\n{}", server.report());
+        assert_eq!(rt.stats(g).unwrap().renew_failures, 0, "{g}");
+    }
+    rt.shutdown().await;
+}
