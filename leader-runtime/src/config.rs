@@ -14,12 +14,52 @@ pub(crate) type ElectedCallback = Arc<dyn Fn(&str, &Lease) + Send + Sync>;
 pub(crate) type LostCallback = Arc<dyn Fn(&str, LostReason) + Send + Sync>;
 
 /// Default lease length.
+///
+/// # Examples
+///
+/// ```
+/// use leader_runtime::{Config, MemoryBackend, DEFAULT_TTL};
+///
+/// let config = Config::builder().memory(MemoryBackend::new()).build()?;
+/// assert_eq!(config.ttl(), DEFAULT_TTL);
+/// # Ok::<(), leader_runtime::Error>(())
+/// ```
 pub const DEFAULT_TTL: Duration = Duration::from_secs(15);
 /// Default heartbeat while leader.
+///
+/// # Examples
+///
+/// ```
+/// use leader_runtime::{Config, MemoryBackend, DEFAULT_RENEW_INTERVAL};
+///
+/// let config = Config::builder().memory(MemoryBackend::new()).build()?;
+/// assert_eq!(config.renew_interval(), DEFAULT_RENEW_INTERVAL);
+/// # Ok::<(), leader_runtime::Error>(())
+/// ```
 pub const DEFAULT_RENEW_INTERVAL: Duration = Duration::from_secs(5);
 /// Default follower retry pace when nothing tells it sooner.
+///
+/// # Examples
+///
+/// ```
+/// use leader_runtime::{Config, MemoryBackend, DEFAULT_RETRY_INTERVAL};
+///
+/// let config = Config::builder().memory(MemoryBackend::new()).build()?;
+/// assert_eq!(config.retry_interval(), DEFAULT_RETRY_INTERVAL);
+/// # Ok::<(), leader_runtime::Error>(())
+/// ```
 pub const DEFAULT_RETRY_INTERVAL: Duration = Duration::from_secs(2);
 /// Default key prefix.
+///
+/// # Examples
+///
+/// ```
+/// use leader_runtime::{Config, MemoryBackend, DEFAULT_KEY_PREFIX};
+///
+/// let config = Config::builder().memory(MemoryBackend::new()).build()?;
+/// assert_eq!(config.key_prefix(), DEFAULT_KEY_PREFIX);
+/// # Ok::<(), leader_runtime::Error>(())
+/// ```
 pub const DEFAULT_KEY_PREFIX: &str = "leader";
 
 /// Where leases live.
@@ -62,42 +102,146 @@ pub struct Config {
 
 impl Config {
     /// Start building a configuration.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use leader_runtime::{Config, MemoryBackend};
+    ///
+    /// let config = Config::builder()
+    ///     .memory(MemoryBackend::new())
+    ///     .ttl(Duration::from_secs(10))
+    ///     .build()?;
+    /// assert_eq!(config.ttl(), Duration::from_secs(10));
+    /// # Ok::<(), leader_runtime::Error>(())
+    /// ```
     pub fn builder() -> ConfigBuilder {
         ConfigBuilder::default()
     }
 
     /// Lease length: how long the lease lives on the server after the last
     /// successful acquire or renew, and so the bound on crash failover.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use leader_runtime::{Config, MemoryBackend};
+    ///
+    /// let config = Config::builder().memory(MemoryBackend::new()).ttl(Duration::from_secs(30)).build()?;
+    /// assert_eq!(config.ttl(), Duration::from_secs(30));
+    /// # Ok::<(), leader_runtime::Error>(())
+    /// ```
     pub fn ttl(&self) -> Duration {
         self.ttl
     }
 
     /// How often the leader renews its lease.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use leader_runtime::{Config, MemoryBackend};
+    ///
+    /// let config = Config::builder()
+    ///     .memory(MemoryBackend::new())
+    ///     .renew_interval(Duration::from_secs(3))
+    ///     .build()?;
+    /// assert_eq!(config.renew_interval(), Duration::from_secs(3));
+    /// # Ok::<(), leader_runtime::Error>(())
+    /// ```
     pub fn renew_interval(&self) -> Duration {
         self.renew_interval
     }
 
     /// How often a follower retries when nothing tells it sooner.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use leader_runtime::{Config, MemoryBackend};
+    ///
+    /// let config = Config::builder()
+    ///     .memory(MemoryBackend::new())
+    ///     .retry_interval(Duration::from_millis(500))
+    ///     .build()?;
+    /// assert_eq!(config.retry_interval(), Duration::from_millis(500));
+    /// # Ok::<(), leader_runtime::Error>(())
+    /// ```
     pub fn retry_interval(&self) -> Duration {
         self.retry_interval
     }
 
     /// Longest wait for any one backend call.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use leader_runtime::{Config, MemoryBackend};
+    ///
+    /// // Default: the smaller of 2 s and half of ttl - renew_interval.
+    /// let config = Config::builder()
+    ///     .memory(MemoryBackend::new())
+    ///     .ttl(Duration::from_secs(3))
+    ///     .renew_interval(Duration::from_secs(1))
+    ///     .build()?;
+    /// assert_eq!(config.call_timeout(), Duration::from_secs(1));
+    /// # Ok::<(), leader_runtime::Error>(())
+    /// ```
     pub fn call_timeout(&self) -> Duration {
         self.call_timeout
     }
 
     /// How much earlier than the server the local view ends (clock drift allowance).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use leader_runtime::{Config, MemoryBackend};
+    ///
+    /// // Default: 1% of ttl + 2 ms.
+    /// let config = Config::builder().memory(MemoryBackend::new()).ttl(Duration::from_secs(10)).build()?;
+    /// assert_eq!(config.drift_margin(), Duration::from_millis(102));
+    /// # Ok::<(), leader_runtime::Error>(())
+    /// ```
     pub fn drift_margin(&self) -> Duration {
         self.drift_margin
     }
 
     /// This instance's id, as stored in the lease.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use leader_runtime::{Config, MemoryBackend};
+    ///
+    /// let config = Config::builder().memory(MemoryBackend::new()).instance_id("api-7").build()?;
+    /// assert_eq!(config.instance_id(), "api-7");
+    /// // The default is `hostname:pid:random`.
+    /// let default = Config::builder().memory(MemoryBackend::new()).build()?;
+    /// assert_eq!(default.instance_id().matches(':').count(), 2);
+    /// # Ok::<(), leader_runtime::Error>(())
+    /// ```
     pub fn instance_id(&self) -> &str {
         &self.instance_id
     }
 
     /// The prefix of every key.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use leader_runtime::{Config, MemoryBackend};
+    ///
+    /// let config = Config::builder().memory(MemoryBackend::new()).key_prefix("billing").build()?;
+    /// assert_eq!(config.key_prefix(), "billing"); // keys: billing:{<group>}:lease, …
+    /// # Ok::<(), leader_runtime::Error>(())
+    /// ```
     pub fn key_prefix(&self) -> &str {
         &self.key_prefix
     }
@@ -126,6 +270,22 @@ impl fmt::Debug for Config {
 /// ([`redis_url`](Self::redis_url) or [`memory`](Self::memory)).
 #[derive(Default)]
 #[must_use]
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use leader_runtime::Config;
+///
+/// let config = Config::builder()
+///     .redis_url("redis://127.0.0.1:6379")
+///     .ttl(Duration::from_secs(10))
+///     .renew_interval(Duration::from_secs(3))
+///     .key_prefix("billing")
+///     .build()?;
+/// assert_eq!(config.key_prefix(), "billing");
+/// # Ok::<(), leader_runtime::Error>(())
+/// ```
 pub struct ConfigBuilder {
     backend: Option<BackendConfig>,
     redis: RedisOptions,
@@ -298,18 +458,64 @@ impl ConfigBuilder {
 
     /// Keep leases in an in-process [`MemoryBackend`]; share one between
     /// several runtimes to play several instances.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use leader_runtime::{Config, MemoryBackend, Runtime};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), leader_runtime::Error> {
+    /// let shared = MemoryBackend::new();
+    /// let a = Runtime::new(Config::builder().memory(shared.clone()).instance_id("a").build()?)?;
+    /// let b = Runtime::new(Config::builder().memory(shared).instance_id("b").build()?)?;
+    /// assert!(a.run_if_leader("jobs", || async {}).await.is_some());
+    /// assert!(b.run_if_leader("jobs", || async {}).await.is_none()); // one lease, shared
+    /// # Ok(()) }
+    /// ```
     pub fn memory(mut self, backend: MemoryBackend) -> Self {
         self.backend = Some(BackendConfig::Memory(backend));
         self
     }
 
     /// Lease length (default 15 s): the crash failover bound.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use leader_runtime::{Config, MemoryBackend};
+    ///
+    /// // A leader that crashes is replaced within 6 s.
+    /// let config = Config::builder()
+    ///     .memory(MemoryBackend::new())
+    ///     .ttl(Duration::from_secs(6))
+    ///     .renew_interval(Duration::from_secs(2))
+    ///     .build()?;
+    /// assert_eq!(config.ttl(), Duration::from_secs(6));
+    /// # Ok::<(), leader_runtime::Error>(())
+    /// ```
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.ttl = Some(ttl);
         self
     }
 
     /// Heartbeat while leader (default 5 s); must be shorter than `ttl`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use leader_runtime::{Config, MemoryBackend};
+    ///
+    /// let err = Config::builder()
+    ///     .memory(MemoryBackend::new())
+    ///     .ttl(Duration::from_secs(5))
+    ///     .renew_interval(Duration::from_secs(5))
+    ///     .build()
+    ///     .unwrap_err();
+    /// assert!(err.to_string().contains("renew_interval"));
+    /// # Ok::<(), leader_runtime::Error>(())
+    /// ```
     pub fn renew_interval(mut self, interval: Duration) -> Self {
         self.renew_interval = Some(interval);
         self
@@ -317,6 +523,20 @@ impl ConfigBuilder {
 
     /// Follower retry pace when nothing tells it sooner (default 2 s): after
     /// an error, or while the release-notice connection is down.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use leader_runtime::{Config, MemoryBackend};
+    ///
+    /// let config = Config::builder()
+    ///     .memory(MemoryBackend::new())
+    ///     .retry_interval(Duration::from_millis(500))
+    ///     .build()?;
+    /// assert_eq!(config.retry_interval(), Duration::from_millis(500));
+    /// # Ok::<(), leader_runtime::Error>(())
+    /// ```
     pub fn retry_interval(mut self, interval: Duration) -> Self {
         self.retry_interval = Some(interval);
         self
@@ -326,6 +546,27 @@ impl ConfigBuilder {
     /// half of `ttl - renew_interval`). `renew_interval + call_timeout` must
     /// fit inside `ttl` minus the drift margin, so a slow renew still lands
     /// before the lease expires.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use leader_runtime::{Config, MemoryBackend};
+    ///
+    /// let config = Config::builder()
+    ///     .memory(MemoryBackend::new())
+    ///     .call_timeout(Duration::from_millis(800))
+    ///     .build()?;
+    /// assert_eq!(config.call_timeout(), Duration::from_millis(800));
+    /// // Too long to fit a renew inside the lease: an error naming the field.
+    /// let err = Config::builder()
+    ///     .memory(MemoryBackend::new())
+    ///     .call_timeout(Duration::from_secs(10))
+    ///     .build()
+    ///     .unwrap_err();
+    /// assert!(err.to_string().contains("call_timeout"));
+    /// # Ok::<(), leader_runtime::Error>(())
+    /// ```
     pub fn call_timeout(mut self, timeout: Duration) -> Self {
         self.call_timeout = Some(timeout);
         self
@@ -333,6 +574,22 @@ impl ConfigBuilder {
 
     /// How much earlier than the server the local view ends (default 1% of
     /// `ttl` + 2 ms); must be smaller than `ttl`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use leader_runtime::{Config, MemoryBackend};
+    ///
+    /// // Hosts whose clocks may run up to 5% fast: end the view earlier.
+    /// let config = Config::builder()
+    ///     .memory(MemoryBackend::new())
+    ///     .ttl(Duration::from_secs(10))
+    ///     .drift_margin(Duration::from_millis(500))
+    ///     .build()?;
+    /// assert_eq!(config.drift_margin(), Duration::from_millis(500));
+    /// # Ok::<(), leader_runtime::Error>(())
+    /// ```
     pub fn drift_margin(mut self, margin: Duration) -> Self {
         self.drift_margin = Some(margin);
         self
@@ -340,31 +597,98 @@ impl ConfigBuilder {
 
     /// This instance's id in the lease (default `hostname:pid:random`).
     /// Must be unique in the fleet: two instances with one id share a lease.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use leader_runtime::{Config, MemoryBackend};
+    ///
+    /// let pod = std::env::var("POD_NAME").unwrap_or_else(|_| "api-7".to_owned());
+    /// let config = Config::builder().memory(MemoryBackend::new()).instance_id(pod).build()?;
+    /// assert!(!config.instance_id().is_empty());
+    /// # Ok::<(), leader_runtime::Error>(())
+    /// ```
     pub fn instance_id(mut self, id: impl Into<String>) -> Self {
         self.instance_id = Some(id.into());
         self
     }
 
     /// Prefix of every key (default `"leader"`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use leader_runtime::{Config, MemoryBackend};
+    ///
+    /// // Two applications on one Redis, each with its own leases.
+    /// let config = Config::builder().memory(MemoryBackend::new()).key_prefix("billing").build()?;
+    /// assert_eq!(config.key_prefix(), "billing");
+    /// assert!(Config::builder().memory(MemoryBackend::new()).key_prefix("a b").build().is_err());
+    /// # Ok::<(), leader_runtime::Error>(())
+    /// ```
     pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
         self.key_prefix = Some(prefix.into());
         self
     }
 
-    /// Called (on a separate task, never blocking the election) when this
+    /// Called (on a thread of its own, in order, never blocking an election) when this
     /// instance becomes leader of a group.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use leader_runtime::{Config, MemoryBackend};
+    ///
+    /// let config = Config::builder()
+    ///     .memory(MemoryBackend::new())
+    ///     .on_elected(|group, lease| println!("now leading {group} with token {}", lease.token()))
+    ///     .build()?;
+    /// # drop(config);
+    /// # Ok::<(), leader_runtime::Error>(())
+    /// ```
     pub fn on_elected(mut self, f: impl Fn(&str, &Lease) + Send + Sync + 'static) -> Self {
         self.on_elected = Some(Arc::new(f));
         self
     }
 
-    /// Called (on a separate task) when this instance stops leading a group.
+    /// Called (on the same thread as [`on_elected`](Self::on_elected)) when
+    /// this instance stops leading a group, with the reason.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use leader_runtime::{Config, LostReason, MemoryBackend};
+    ///
+    /// let config = Config::builder()
+    ///     .memory(MemoryBackend::new())
+    ///     .on_lost(|group, reason| {
+    ///         if reason == LostReason::Expired {
+    ///             eprintln!("lost {group}: could not renew in time");
+    ///         }
+    ///     })
+    ///     .build()?;
+    /// # drop(config);
+    /// # Ok::<(), leader_runtime::Error>(())
+    /// ```
     pub fn on_lost(mut self, f: impl Fn(&str, LostReason) + Send + Sync + 'static) -> Self {
         self.on_lost = Some(Arc::new(f));
         self
     }
 
     /// Validate and build.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use leader_runtime::{Config, MemoryBackend};
+    ///
+    /// let config = Config::builder().memory(MemoryBackend::new()).build()?;
+    /// assert_eq!(config.ttl(), Duration::from_secs(15));
+    /// let missing_backend = Config::builder().build();
+    /// assert!(matches!(missing_backend, Err(leader_runtime::Error::Config { field: "redis_url", .. })));
+    /// # Ok::<(), leader_runtime::Error>(())
+    /// ```
     ///
     /// # Errors
     ///

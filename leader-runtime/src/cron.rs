@@ -71,6 +71,16 @@ use crate::names::validate_group;
 use crate::{global, runtime, Error, Lease, Result, Runtime};
 
 /// Default [`JobBuilder::tolerance`].
+///
+/// # Examples
+///
+/// ```
+/// use leader_runtime::cron::{JobBuilder, DEFAULT_TOLERANCE};
+///
+/// // Hosts whose clocks may disagree by more: widen it.
+/// let builder = JobBuilder::new("0 * * * * *", "reports").tolerance(DEFAULT_TOLERANCE * 6);
+/// # drop(builder);
+/// ```
 pub const DEFAULT_TOLERANCE: Duration = Duration::from_secs(5);
 
 /// Most ticks one firing looks back at.
@@ -149,6 +159,16 @@ pub struct JobBuilder {
 
 impl JobBuilder {
     /// A job on `schedule` gated on `group`; see [`job`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use leader_runtime::cron::JobBuilder;
+    ///
+    /// # fn f() -> leader_runtime::Result<()> {
+    /// let job = JobBuilder::new("0 */15 * * * *", "reports").build(|_tick| async {})?;
+    /// # drop(job); Ok(()) }
+    /// ```
     pub fn new(schedule: impl Into<String>, group: impl Into<String>) -> Self {
         Self {
             schedule: schedule.into(),
@@ -164,12 +184,38 @@ impl JobBuilder {
     /// `_`). Two jobs of one group on the same schedule need different
     /// names, or they share their ticks and only one runs. Same alphabet as
     /// group names: ASCII letters, digits, `.`, `_`, `:`, `-`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use leader_runtime::cron::JobBuilder;
+    ///
+    /// # fn f() -> leader_runtime::Result<()> {
+    /// // Two nightly jobs of one group: distinct names, distinct ticks.
+    /// let vacuum = JobBuilder::new("0 0 3 * * *", "maintenance").name("vacuum").build(|_| async {})?;
+    /// let reindex = JobBuilder::new("0 0 3 * * *", "maintenance").name("reindex").build(|_| async {})?;
+    /// # drop((vacuum, reindex)); Ok(()) }
+    /// ```
     pub fn name(mut self, name: impl Into<String>) -> Self {
         self.name = Some(name.into());
         self
     }
 
     /// Run on this runtime instead of the current one.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use leader_runtime::{cron::JobBuilder, Config, MemoryBackend, Runtime};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), leader_runtime::Error> {
+    /// let runtime = Runtime::new(Config::builder().memory(MemoryBackend::new()).build()?)?;
+    /// let job = JobBuilder::new("*/10 * * * * *", "jobs").runtime(&runtime).build(|_| async {})?;
+    /// # drop(job);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn runtime(mut self, runtime: &Runtime) -> Self {
         self.runtime = Some(runtime.clone());
         self
@@ -178,6 +224,16 @@ impl JobBuilder {
     /// How far the hosts' clocks may disagree, and how far back a leader
     /// looks for ticks nobody claimed (default 5 s); see the
     /// [module docs](self#clock-skew). Zero turns look-back off.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use leader_runtime::cron::JobBuilder;
+    ///
+    /// let builder = JobBuilder::new("0 * * * * *", "reports").tolerance(Duration::from_secs(30));
+    /// # drop(builder);
+    /// ```
     pub fn tolerance(mut self, tolerance: Duration) -> Self {
         self.tolerance = tolerance;
         self
@@ -192,6 +248,25 @@ impl JobBuilder {
     }
 
     /// Build the job; add it to a `JobScheduler`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use leader_runtime::cron::JobBuilder;
+    /// use tokio_cron_scheduler::JobScheduler;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let scheduler = JobScheduler::new().await?;
+    /// scheduler
+    ///     .add(JobBuilder::new("0 * * * * *", "reports").build(|tick| async move {
+    ///         println!("tick {}", tick.id());
+    ///     })?)
+    ///     .await?;
+    /// assert!(JobBuilder::new("every minute", "reports").build(|_| async {}).is_err());
+    /// # Ok(())
+    /// # }
+    /// ```
     ///
     /// # Errors
     ///
@@ -430,18 +505,51 @@ pub struct Tick {
 impl Tick {
     /// The time the schedule fired for (not the time the body started: a
     /// tick run after a handover starts late).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn f() -> leader_runtime::Result<()> {
+    /// let job = leader_runtime::cron::job("0 * * * * *", "reports", |tick| async move {
+    ///     let late = tick.scheduled().elapsed().unwrap_or_default();
+    ///     println!("running the {:?} tick {late:?} after it was due", tick.scheduled());
+    /// })?;
+    /// # drop(job); Ok(()) }
+    /// ```
     pub fn scheduled(&self) -> SystemTime {
         self.scheduled
     }
 
     /// The tick's id, the same on every instance: `<job name>:<scheduled
     /// time in unix ms>`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn f() -> leader_runtime::Result<()> {
+    /// let job = leader_runtime::cron::job("0 * * * * *", "reports", |tick| async move {
+    ///     // The same on every instance: an idempotency key for the tick's writes.
+    ///     assert!(tick.id().starts_with("0_*_*_*_*_*:"));
+    /// })?;
+    /// # drop(job); Ok(()) }
+    /// ```
     pub fn id(&self) -> &str {
         &self.id
     }
 
     /// The lease under which the tick runs (also [`current_lease`](crate::current_lease)
     /// inside the body).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn f() -> leader_runtime::Result<()> {
+    /// let job = leader_runtime::cron::job("0 * * * * *", "reports", |tick| async move {
+    ///     let token = tick.lease().token(); // for a store that rejects stale writers
+    ///     println!("tick {} under token {token}", tick.id());
+    /// })?;
+    /// # drop(job); Ok(()) }
+    /// ```
     pub fn lease(&self) -> &Lease {
         &self.lease
     }

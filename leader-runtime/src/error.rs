@@ -5,6 +5,28 @@ use std::time::Duration;
 /// Everything that can go wrong in `leader-runtime`.
 ///
 /// Messages never contain a password or token from a Redis URL.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use leader_runtime::{Config, Error, MemoryBackend};
+///
+/// let err = Config::builder()
+///     .memory(MemoryBackend::new())
+///     .ttl(Duration::from_secs(5))
+///     .renew_interval(Duration::from_secs(6))
+///     .build()
+///     .unwrap_err();
+/// match &err {
+///     Error::Config { field, .. } => assert_eq!(*field, "renew_interval"),
+///     other => panic!("{other}"),
+/// }
+/// assert_eq!(
+///     err.to_string(),
+///     "invalid config: `renew_interval` must be shorter than ttl (6s >= 5s)"
+/// );
+/// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -67,4 +89,15 @@ pub enum Error {
 }
 
 /// `Result` with [`Error`] as the default error type.
+///
+/// # Examples
+///
+/// ```
+/// fn configure() -> leader_runtime::Result<leader_runtime::Config> {
+///     leader_runtime::Config::builder()
+///         .memory(leader_runtime::MemoryBackend::new())
+///         .build()
+/// }
+/// assert!(configure().is_ok());
+/// ```
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -5,6 +5,23 @@ use tokio::time::Instant;
 /// Why this instance stopped leading a group.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
+///
+/// # Examples
+///
+/// ```
+/// use leader_runtime::{Config, LostReason, MemoryBackend};
+///
+/// let config = Config::builder()
+///     .memory(MemoryBackend::new())
+///     .on_lost(|group, reason| match reason {
+///         LostReason::Expired | LostReason::Superseded => eprintln!("{group}: lost ({reason})"),
+///         LostReason::SteppedDown | LostReason::Shutdown => {} // we let go ourselves
+///         _ => {}
+///     })
+///     .build()?;
+/// # drop(config);
+/// # Ok::<(), leader_runtime::Error>(())
+/// ```
 pub enum LostReason {
     /// The lease could not be renewed before the local view ended
     /// (Redis unreachable, slow, or restarted).
@@ -19,6 +36,16 @@ pub enum LostReason {
 
 impl LostReason {
     /// The reason as a short lowercase label (`"expired"`, …), as used in metrics.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use leader_runtime::LostReason;
+    ///
+    /// assert_eq!(LostReason::SteppedDown.as_str(), "stepped_down");
+    /// assert_eq!(LostReason::Expired.to_string(), "expired");
+    /// # Ok::<(), leader_runtime::Error>(())
+    /// ```
     pub fn as_str(self) -> &'static str {
         match self {
             LostReason::Expired => "expired",
@@ -38,6 +65,23 @@ impl std::fmt::Display for LostReason {
 /// One transition of one group on this instance; see [`subscribe`](crate::subscribe).
 #[derive(Debug, Clone)]
 #[non_exhaustive]
+///
+/// # Examples
+///
+/// ```
+/// use leader_runtime::{Config, Event, MemoryBackend, Runtime};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), leader_runtime::Error> {
+/// let runtime = Runtime::new(Config::builder().memory(MemoryBackend::new()).build()?)?;
+/// let mut events = runtime.subscribe();
+/// runtime.run_if_leader("jobs", || async {}).await;
+/// runtime.shutdown().await;
+/// assert!(matches!(events.recv().await, Ok(Event::Elected { .. })));
+/// assert!(matches!(events.recv().await, Ok(Event::Lost { .. })));
+/// # Ok(())
+/// # }
+/// ```
 pub enum Event {
     /// This instance became leader.
     Elected {
@@ -81,6 +125,21 @@ pub enum Event {
 
 impl Event {
     /// The group the event is about.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use leader_runtime::{Config, MemoryBackend, Runtime};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), leader_runtime::Error> {
+    /// let runtime = Runtime::new(Config::builder().memory(MemoryBackend::new()).instance_id("a").build()?)?;
+    /// let mut events = runtime.subscribe();
+    /// runtime.run_if_leader("jobs", || async {}).await;
+    /// assert_eq!(events.recv().await.unwrap().group(), "jobs");
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn group(&self) -> &str {
         match self {
             Event::Elected { group, .. }

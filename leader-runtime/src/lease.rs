@@ -89,6 +89,24 @@ fn nanos_since(base: Instant, t: Instant) -> u64 {
 
 impl Lease {
     /// The group this lease is for.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use leader_runtime::{Config, MemoryBackend, Runtime};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), leader_runtime::Error> {
+    /// let runtime = Runtime::new(Config::builder().memory(MemoryBackend::new()).instance_id("a").build()?)?;
+    /// let lease = runtime
+    ///     .run_if_leader("jobs", || async { leader_runtime::current_lease() })
+    ///     .await
+    ///     .flatten()
+    ///     .unwrap();
+    /// assert_eq!(lease.group(), "jobs");
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn group(&self) -> &str {
         &self.tenure.group
     }
@@ -96,17 +114,78 @@ impl Lease {
     /// The fencing token: strictly greater than every token issued before for
     /// this group (also across Redis restarts). Hand it to stores that reject
     /// writes carrying a smaller token than the last they saw.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use leader_runtime::{Config, MemoryBackend, Runtime};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), leader_runtime::Error> {
+    /// let shared = MemoryBackend::new();
+    /// let a = Runtime::new(Config::builder().memory(shared.clone()).instance_id("a").build()?)?;
+    /// let b = Runtime::new(Config::builder().memory(shared.clone()).instance_id("b").build()?)?;
+    /// let token = |rt: Runtime| async move {
+    ///     rt.run_if_leader("jobs", || async { leader_runtime::current_lease().unwrap().token() }).await
+    /// };
+    /// let first = token(a.clone()).await.unwrap();
+    /// a.shutdown().await; // hands over
+    /// b.run_if_leader("jobs", || async {}).await;
+    /// let second = token(b.clone()).await.unwrap();
+    /// assert!(second > first); // a store that saw `second` rejects a writer holding `first`
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn token(&self) -> u64 {
         self.tenure.token
     }
 
     /// Until when the local view is certainly valid (extended by each renew).
     /// After the leadership ended, the last such instant.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use leader_runtime::{Config, MemoryBackend, Runtime};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), leader_runtime::Error> {
+    /// let runtime = Runtime::new(Config::builder().memory(MemoryBackend::new()).instance_id("a").build()?)?;
+    /// let lease = runtime
+    ///     .run_if_leader("jobs", || async { leader_runtime::current_lease() })
+    ///     .await
+    ///     .flatten()
+    ///     .unwrap();
+    /// let left = lease.valid_until() - tokio::time::Instant::now();
+    /// assert!(left <= runtime.config().ttl());
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn valid_until(&self) -> Instant {
         self.tenure.valid_until()
     }
 
     /// Whether this leadership still holds right now.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use leader_runtime::{Config, MemoryBackend, Runtime};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), leader_runtime::Error> {
+    /// let runtime = Runtime::new(Config::builder().memory(MemoryBackend::new()).instance_id("a").build()?)?;
+    /// let lease = runtime
+    ///     .run_if_leader("jobs", || async { leader_runtime::current_lease() })
+    ///     .await
+    ///     .flatten()
+    ///     .unwrap();
+    /// assert!(lease.is_valid());
+    /// runtime.shutdown().await;
+    /// assert!(!lease.is_valid());
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn is_valid(&self) -> bool {
         self.tenure.is_valid_now()
     }

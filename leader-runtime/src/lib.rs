@@ -1,6 +1,10 @@
 //! Run singleton work — cron jobs, cleanups, migrations, reapers — on exactly
 //! one instance of a fleet, by holding a lease in Redis.
 //!
+//! Every replica of a service calls the same function on its own schedule;
+//! `#[leader_only]` makes its body run only on the instance that holds the
+//! function's *group* lease, and the call returns `None` everywhere else:
+//!
 //! ```no_run
 //! use leader_runtime::leader_only;
 //!
@@ -18,10 +22,330 @@
 //! if let Some(purged) = purge_expired().await {
 //!     println!("purged {purged}");
 //! }
+//! leader_runtime::shutdown().await; // at exit: hand the lease over at once
 //! # Ok(()) }
 //! ```
 //!
-//! See the README for the guide; each item documents its own semantics.
+//! # Contents
+//!
+//! - [What leader-only means](#what-leader-only-means)
+//! - [Quick start](#quick-start)
+//! - [The attribute](#the-attribute)
+//! - [Failure semantics](#failure-semantics)
+//! - [The lease algorithm](#the-lease-algorithm)
+//! - [The cron recipe](#the-cron-recipe)
+//! - [Operating it: health, draining, metrics](#operating-it-health-draining-metrics)
+//! - [Testing your own code on the in-memory backend](#testing-your-own-code-on-the-in-memory-backend)
+//! - [Feature flags](#feature-flags)
+//!
+//! # What leader-only means
+//!
+//! A *group* is a name (`"cleanup"`, `"billing.reports"`) for one piece of
+//! singleton work. For each group, the instances of a fleet that use it elect
+//! one leader through a lease in Redis: a key holding the leader's instance id
+//! with an expiry, renewed while the leader lives. A gated body runs only
+//! where this instance's *local view* says it holds that lease, and the view
+//! is fail-safe: it is true only while the lease is *certainly* still
+//! unexpired on the server, so two instances never both believe they lead at
+//! the same moment (as long as clocks run at the same rate — see
+//! [failure semantics](#failure-semantics)).
+//!
+//! Each leadership carries a **fencing token**, a number strictly greater than
+//! every token issued before for the group (also after Redis lost its data).
+//! Hand it to any store that can reject writes carrying an older token, and
+//! even a leader stalled past its lease (a long GC-like pause, a frozen VM)
+//! cannot corrupt anything.
+//!
+//! Nothing else is coordinated: the work itself, its schedule and its retries
+//! are yours. Leadership moves when the leader stops, crashes, loses Redis or
+//! hands over, and every instance campaigns again after any loss by itself.
+//!
+//! # Quick start
+//!
+//! Depend on `leader-runtime` (it re-exports the attribute), configure the
+//! process-wide runtime once at start-up, and gate the functions:
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use leader_runtime::{leader_only, Config, LostReason};
+//!
+//! #[leader_only(group = "reports")]
+//! async fn build_report() -> Result<u64, std::io::Error> {
+//!     let token = leader_runtime::current_lease().map(|l| l.token());
+//!     println!("building the report under token {token:?}");
+//!     Ok(7)
+//! }
+//!
+//! #[tokio::main]
+//! async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     leader_runtime::init(
+//!         Config::builder()
+//!             .redis_url("redis://127.0.0.1:6379")
+//!             .ttl(Duration::from_secs(15))           // crash failover bound
+//!             .renew_interval(Duration::from_secs(5)) // heartbeat while leader
+//!             .on_lost(|group: &str, reason: LostReason| eprintln!("lost {group}: {reason}"))
+//!             .build()?,
+//!     )?;
+//!     let mut tick = tokio::time::interval(Duration::from_secs(60));
+//!     loop {
+//!         tokio::select! {
+//!             _ = tick.tick() => match build_report().await {
+//!                 Some(Ok(n)) => println!("built {n} rows"),
+//!                 Some(Err(e)) => eprintln!("report failed: {e}"),
+//!                 None => {} // another instance leads "reports"
+//!             },
+//!             _ = tokio::signal::ctrl_c() => break,
+//!         }
+//!     }
+//!     leader_runtime::shutdown().await; // drains, releases: a follower takes over at once
+//!     Ok(())
+//! }
+//! ```
+//!
+//! Without [`init`], the first use configures the global runtime from
+//! `LEADER_REDIS_URL` (then `REDIS_URL`); with neither set it *fails
+//! closed*: gated bodies do not run, and one error says how to configure it.
+//!
+//! The same surface exists as functions — [`is_leader`], [`leader_id`],
+//! [`run_if_leader`], [`step_down`], [`current_lease`], [`stats`],
+//! [`status`], [`set_eligible`], [`subscribe`], [`shutdown`] — and as methods
+//! of an explicit [`Runtime`], so that one process can host several
+//! instances (tests, demos). [`Runtime::scope`] makes a runtime the current
+//! one for gated functions called inside a future.
+//!
+//! The repository's `examples/` run as they are: `quickstart` (three
+//! instances in one process, no Redis), `programmatic` (every function),
+//! `cron`, `health` (HTTP `/health` and `/ready`), `metrics` (Prometheus).
+//!
+//! # The attribute
+//!
+//! [`#[leader_only]`](leader_only) goes on async and sync functions, free
+//! functions and methods (`&self`, `&mut self`, `self`), with generics, where
+//! clauses and `impl Trait`. The return type `T` becomes `Option<T>`:
+//! `Some(value)` when the body ran, `None` when this instance does not lead
+//! the group. `return` and `?` in the body keep their meaning.
+//!
+//! | argument | meaning |
+//! | --- | --- |
+//! | *(none)* | the group `"default"` |
+//! | `group = "cleanup"` | the group whose lease gates the body: ASCII letters, digits, `.`, `_`, `:`, `-`, at most 128 bytes; checked at compile time |
+//! | `cancel_on_loss` | async functions only: if leadership ends while the body runs, drop the body and return `None` |
+//! | `crate = "::my_leader"` | the path of this crate, if you renamed the dependency or re-export it (default `::leader_runtime`) |
+//!
+//! ```
+//! use leader_runtime::leader_only;
+//!
+//! struct Reaper;
+//!
+//! impl Reaper {
+//!     /// Long work that must stop the moment leadership ends.
+//!     #[leader_only(group = "reaper", cancel_on_loss)]
+//!     async fn reap(&self, batch: usize) -> usize {
+//!         batch
+//!     }
+//!
+//!     /// A sync function: its first call per instance cannot wait for the
+//!     /// election and returns `None`.
+//!     #[leader_only(group = "reaper")]
+//!     fn rotate(&mut self) {}
+//! }
+//! ```
+//!
+//! What it expands to, and every misuse it rejects at compile time, is on
+//! the [attribute's page](leader_only).
+//!
+//! The first call that names a group registers it and starts its election.
+//! That first call (when async) waits for the first acquisition round,
+//! bounded by the call timeout, so that the winner's first tick is not lost.
+//! Later calls are a local check: no network, no lock, no allocation.
+//!
+//! # Failure semantics
+//!
+//! The leader's local view ([`is_leader`], gated calls) is true only until
+//! `valid_until` = *the instant the last successful acquire or renew was
+//! sent* + `ttl` − drift margin. The server started the lease's expiry no
+//! earlier than that send, so the view ends before the lease can. It is a
+//! compare against the monotonic clock, so it turns false on time even if
+//! the election task is stuck in a slow call.
+//!
+//! | what happens | what you get |
+//! | --- | --- |
+//! | the leader crashes (`kill -9`, OOM, lost host) | the lease expires on the server; followers learned its remaining time and retry right when it expires, so another instance leads within **`ttl`** of the last renew |
+//! | the leader stops cleanly ([`shutdown`], or dropping the [`Runtime`]) | gated runs in flight finish first, then the lease is released and a notice published; a follower takes over in about **one round trip**. The runtime installs no signal handler: call [`shutdown`] from yours. A process that exits without it counts as a crash |
+//! | [`step_down`] | the same drain and release; this instance stays out of the race for one `ttl` or until another instance released; alone, it takes the lease back after that |
+//! | [`set_eligible(group, false)`](set_eligible) | the same drain and release, then no acquire attempts at all until `set_eligible(group, true)` |
+//! | Redis down or slow | the leader retries its renew quickly while its view is valid; the view ends at `valid_until` ([`LostReason::Expired`]), before the lease can expire on the server. Followers retry every `retry_interval`. Every call has a timeout no longer than what the view has left. When Redis is back, an election happens by itself |
+//! | a network partition | the side cut off from Redis behaves as "Redis down"; the side that reaches it elects a new leader once the old lease expired on the server — after the old leader's view ended |
+//! | someone else holds the key when the leader renews | the view ends at once ([`LostReason::Superseded`]) |
+//! | Redis lost its data (restart without persistence, failover to an empty replica) | **safe start**: the token counter is gone too, and the next leader's view turns true only after one `ttl`, so no leader from before the loss can still believe it leads. A brand-new Redis looks the same, so the very first election of a group waits one `ttl` |
+//! | a body still runs when the view ends | the case fencing tokens are for: [`current_lease`]`()`'s [`Lease::token`] is strictly greater than every earlier token of the group, also across Redis restarts. Or stop the body: `cancel_on_loss`, or `select!` on [`Lease::lost`] |
+//! | the global runtime is not configured | gated bodies do not run (fail closed) and one error is logged |
+//!
+//! What is *not* guaranteed: a process paused (or a clock that runs slow)
+//! for longer than its drift margin can act after its view should have ended
+//! — the fencing token is the defence there. Redis replication is
+//! asynchronous: a failover to a replica that had not yet received the
+//! lease can elect a second leader (the fencing token still orders them).
+//!
+//! # The lease algorithm
+//!
+//! Keys of one group share one Redis Cluster hash slot: `{prefix}:{<group>}:lease`
+//! (the holder's instance id, with the lease's expiry) and
+//! `{prefix}:{<group>}:token` (the last fencing token, no expiry). Each
+//! operation is one Lua script, atomic on the server:
+//!
+//! | op | semantics |
+//! | --- | --- |
+//! | acquire | if absent: set our id with `PX ttl`, issue a token = max(last token + 1, server `TIME` in µs), return it (and whether the counter was missing: safe start). If we hold it already: extend it (re-claim after an election restart). Else return the holder and its remaining `PTTL` |
+//! | renew | if we hold it: `PEXPIRE ttl`; else say who (nobody, or someone else) |
+//! | release | if we hold it: delete it and publish `"<group> <id>"` on `{prefix}:released` |
+//!
+//! Timings, with the [`Config`] defaults (`ttl` 15 s, `renew_interval` 5 s,
+//! `retry_interval` 2 s, call timeout ≤ 2 s, drift margin 1% of `ttl` + 2 ms):
+//!
+//! - the leader renews every `renew_interval`; a failed or timed-out renew is
+//!   retried quickly (every `renew_interval / 10`, 5–200 ms) while the view
+//!   is valid;
+//! - a follower whose acquire found a holder sleeps exactly until that
+//!   lease's `PTTL` runs out (plus a few ms of jitter), or less when a release
+//!   notice arrives on the pub/sub channel; `retry_interval` paces retries
+//!   only when that knowledge is missing (after an error, or while the notice
+//!   connection is down). So a follower costs Redis about one command per
+//!   `ttl − renew_interval`, crash failover takes about `ttl`, and a graceful
+//!   handover one round trip;
+//! - drain before release: [`step_down`], [`set_eligible`] and [`shutdown`]
+//!   first stop admitting gated runs, then wait for those in flight (bounded
+//!   by what the view has left), and only then release, so the next leader
+//!   never starts while a body here still runs.
+//!
+//! # The cron recipe
+//!
+//! Every replica runs the same schedule, and the attribute lets one of them
+//! do the work — with [tokio-cron-scheduler](https://docs.rs/tokio-cron-scheduler):
+//!
+//! ```no_run
+//! use leader_runtime::leader_only;
+//! use tokio_cron_scheduler::{Job, JobScheduler};
+//!
+//! #[leader_only(group = "reports")]
+//! async fn build_report() { /* … */ }
+//!
+//! # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let scheduler = JobScheduler::new().await?;
+//! scheduler
+//!     .add(Job::new_async("0 */5 * * * *", |_id, _scheduler| {
+//!         Box::pin(async {
+//!             build_report().await; // `None` on every replica but the leader
+//!         })
+//!     })?)
+//!     .await?;
+//! scheduler.start().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! That runs each tick on whichever instance leads *when its clock reaches
+//! the tick*. Around a handover, or with host clocks a second apart, a tick
+//! can run on both the old and the new leader. When a tick must run at most
+//! once fleet-wide, use the `cron` feature's [`cron::job`](cron/fn.job.html): the leader claims
+//! each tick in Redis (`SET {prefix}:{<group>}:tick:<job>:<scheduled ms> NX
+//! PX …`) before running it, names ticks by their scheduled time so skewed
+//! clocks agree, and runs late a tick that fell between two leaders:
+//!
+//! ```no_run
+//! # #[cfg(feature = "cron")]
+//! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+//! use tokio_cron_scheduler::JobScheduler;
+//!
+//! let scheduler = JobScheduler::new().await?;
+//! scheduler
+//!     .add(leader_runtime::cron::job("0 */5 * * * *", "reports", |tick| async move {
+//!         println!("report for {:?} (token {})", tick.scheduled(), tick.lease().token());
+//!     })?)
+//!     .await?;
+//! scheduler.start().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! # Operating it: health, draining, metrics
+//!
+//! - **Health.** [`status`] lists each group with whether this instance
+//!   leads, who does, the token, how long the view has left and the last
+//!   backend error — without a network call, so a health check stays fast
+//!   when Redis is not. `examples/health.rs` serves `/health` (200 while the
+//!   runtime runs) and `/ready` (200 only while leading, for those who want
+//!   traffic on the leader only).
+//! - **Draining.** [`set_eligible(group, false)`](set_eligible) takes the
+//!   instance out of the race without stopping it — before a deploy, or on a
+//!   node that should not run the work; `true` puts it back.
+//! - **Events.** [`subscribe`] streams every transition ([`Event`]); the
+//!   `on_elected` / `on_lost` callbacks of [`ConfigBuilder`] run on a thread
+//!   of their own; [`stats`] keeps counters per group. Every transition is
+//!   also a `tracing` event with group, instance id and token.
+//! - **Metrics** (feature `metrics`), through the
+//!   [`metrics`](https://docs.rs/metrics) facade — the library never
+//!   installs a recorder:
+//!
+//! | metric | kind | labels |
+//! | --- | --- | --- |
+//! | `leader_elected_total` | counter | `group` |
+//! | `leader_lost_total` | counter | `group`, `reason` ([`LostReason::as_str`]) |
+//! | `leader_is_leader` | gauge | `group` |
+//! | `leader_renew_seconds` | histogram | `group` |
+//! | `leader_acquire_attempts_total` | counter | `group` |
+//!
+//! # Testing your own code on the in-memory backend
+//!
+//! [`MemoryBackend`] has the Redis backend's semantics (TTL, compare-and-set,
+//! tokens, release notices) inside one process, on tokio's clock. Give one
+//! backend to several [`Runtime`]s to play several instances, run your gated
+//! functions under [`Runtime::scope`], and pause tokio's clock to test
+//! timings exactly. It can also fake an outage ([`MemoryBackend::set_available`]),
+//! a data loss ([`MemoryBackend::flush`]) and an intruder
+//! ([`MemoryBackend::overwrite`]):
+//!
+//! ```
+//! use std::time::Duration;
+//! use leader_runtime::{leader_only, Config, MemoryBackend, Runtime};
+//!
+//! #[leader_only(group = "billing")]
+//! async fn charge() -> &'static str { "charged" }
+//!
+//! fn instance(backend: &MemoryBackend, id: &str) -> Runtime {
+//!     let config = Config::builder()
+//!         .memory(backend.clone())
+//!         .ttl(Duration::from_secs(3))
+//!         .renew_interval(Duration::from_secs(1))
+//!         .instance_id(id)
+//!         .build()
+//!         .unwrap();
+//!     Runtime::new(config).unwrap()
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() {
+//! // In a test: #[tokio::test(start_paused = true)], with tokio's `test-util` feature.
+//! let backend = MemoryBackend::new();
+//! let (a, b) = (instance(&backend, "a"), instance(&backend, "b"));
+//! assert_eq!(a.scope(charge()).await, Some("charged")); // a wins
+//! assert_eq!(b.scope(charge()).await, None);
+//!
+//! backend.set_available(false); // Redis "down": a's view ends within the ttl
+//! tokio::time::sleep(Duration::from_secs(3)).await;
+//! assert_eq!(a.scope(charge()).await, None);
+//!
+//! backend.set_available(true); // back: someone leads again by itself
+//! tokio::time::sleep(Duration::from_secs(3)).await;
+//! assert!(a.is_leader("billing") ^ b.is_leader("billing"));
+//! # }
+//! ```
+//!
+//! # Feature flags
+//!
+//! | feature | what it adds |
+//! | --- | --- |
+//! | `metrics` | the metrics above, through the `metrics` facade |
+//! | `cron` | [`cron::job`](cron/fn.job.html): tokio-cron-scheduler jobs that run each tick once, on the leader |
+//! | `tls` | `rediss://` URLs, through rustls |
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 #![cfg_attr(
@@ -82,6 +406,17 @@ pub fn is_leader(group: &str) -> bool {
 
 /// Who leads `group`, asked of the backend.
 ///
+/// # Examples
+///
+/// ```no_run
+/// # async fn example() -> leader_runtime::Result<()> {
+/// match leader_runtime::leader_id("cleanup").await? {
+///     Some(id) => println!("{id} runs the cleanup"),
+///     None => println!("nobody holds the cleanup lease right now"),
+/// }
+/// # Ok(()) }
+/// ```
+///
 /// # Errors
 ///
 /// [`Error::NotConfigured`] without a runtime; otherwise as
@@ -113,6 +448,16 @@ where
 
 /// Hand the lease of `group` to another instance; see [`Runtime::step_down`].
 ///
+/// # Examples
+///
+/// ```no_run
+/// # async fn example() -> leader_runtime::Result<()> {
+/// // Before a risky operation on this host: let another instance take over.
+/// leader_runtime::step_down("cleanup").await?;
+/// assert!(!leader_runtime::is_leader("cleanup"));
+/// # Ok(()) }
+/// ```
+///
 /// # Errors
 ///
 /// [`Error::NotConfigured`] without a runtime; otherwise as [`Runtime::step_down`].
@@ -124,17 +469,55 @@ pub async fn step_down(group: &str) -> Result<()> {
 }
 
 /// The lease under which the current gated body runs (`None` outside one).
+///
+/// # Examples
+///
+/// ```no_run
+/// # struct Store;
+/// # impl Store { async fn write_fenced(&self, _token: u64, _v: &str) {} }
+/// #[leader_runtime::leader_only(group = "ledger")]
+/// async fn append(store: &Store) {
+///     let lease = leader_runtime::current_lease().expect("inside a gated body");
+///     // The store rejects writes whose token is older than the last it saw.
+///     store.write_fenced(lease.token(), "entry").await;
+/// }
+/// ```
 pub fn current_lease() -> Option<Lease> {
     group::current_lease()
 }
 
 /// Counters of `group` on the current runtime; `None` if never used.
+///
+/// # Examples
+///
+/// ```no_run
+/// if let Some(stats) = leader_runtime::stats("cleanup") {
+///     println!("elected {} times, lost {} times", stats.elected, stats.lost());
+/// }
+/// ```
 pub fn stats(group: &str) -> Option<Stats> {
     global::current()?.stats(group)
 }
 
 /// Transitions of every group on the current runtime, from now on. Without
 /// a configured runtime the receiver is closed.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn example() {
+/// use leader_runtime::Event;
+///
+/// let mut events = leader_runtime::subscribe();
+/// tokio::spawn(async move {
+///     while let Ok(event) = events.recv().await {
+///         if let Event::Lost { group, reason, .. } = event {
+///             eprintln!("lost {group}: {reason}");
+///         }
+///     }
+/// });
+/// # }
+/// ```
 pub fn subscribe() -> broadcast::Receiver<Event> {
     match global::current() {
         Some(rt) => rt.subscribe(),
@@ -186,6 +569,15 @@ pub async fn set_eligible(group: &str, eligible: bool) -> Result<()> {
 
 /// Release every lease held by the current runtime and stop its elections;
 /// see [`Runtime::shutdown`]. Does nothing without one.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+/// tokio::signal::ctrl_c().await?;
+/// leader_runtime::shutdown().await; // drain, release: a follower takes over at once
+/// # Ok(()) }
+/// ```
 pub async fn shutdown() {
     let runtime = runtime::scoped().or_else(|| global::existing().cloned());
     if let Some(runtime) = runtime {

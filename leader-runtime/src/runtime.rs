@@ -95,6 +95,27 @@ impl Runtime {
     /// Start a runtime (no network yet: groups start their elections on
     /// first use).
     ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use leader_runtime::{Config, MemoryBackend, Runtime};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), leader_runtime::Error> {
+    /// let runtime = Runtime::new(
+    ///     Config::builder()
+    ///         .memory(MemoryBackend::new()) // or .redis_url("redis://…")
+    ///         .ttl(Duration::from_secs(6))
+    ///         .renew_interval(Duration::from_secs(2))
+    ///         .build()?,
+    /// )?;
+    /// assert!(runtime.is_running());
+    /// runtime.shutdown().await;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
     /// # Errors
     ///
     /// [`Error::NoTokioRuntime`] outside a tokio runtime;
@@ -153,11 +174,37 @@ impl Runtime {
     }
 
     /// This instance's id, as stored in the leases it holds.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use leader_runtime::{Config, MemoryBackend, Runtime};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), leader_runtime::Error> {
+    /// let runtime = Runtime::new(Config::builder().memory(MemoryBackend::new()).instance_id("a").build()?)?;
+    /// assert_eq!(runtime.instance_id(), "a");
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn instance_id(&self) -> &str {
         &self.inner.shared.ctx.config.instance_id
     }
 
     /// The configuration this runtime runs with.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use leader_runtime::{Config, MemoryBackend, Runtime};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), leader_runtime::Error> {
+    /// let runtime = Runtime::new(Config::builder().memory(MemoryBackend::new()).build()?)?;
+    /// assert_eq!(runtime.config().ttl(), leader_runtime::DEFAULT_TTL);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn config(&self) -> &Config {
         &self.inner.shared.ctx.config
     }
@@ -167,6 +214,21 @@ impl Runtime {
     /// naming a group starts its election (and returns false).
     ///
     /// An invalid group name is logged and answers false.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use leader_runtime::{Config, MemoryBackend, Runtime};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), leader_runtime::Error> {
+    /// let runtime = Runtime::new(Config::builder().memory(MemoryBackend::new()).instance_id("a").build()?)?;
+    /// assert!(!runtime.is_leader("jobs")); // starts the election of "jobs"
+    /// runtime.run_if_leader("jobs", || async {}).await;
+    /// assert!(runtime.is_leader("jobs"));
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn is_leader(&self, group: &str) -> bool {
         match self.group(group) {
             Ok(group) => group.is_leader(),
@@ -178,6 +240,21 @@ impl Runtime {
     }
 
     /// Who leads `group`, asked of the backend (`None`: nobody).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use leader_runtime::{Config, MemoryBackend, Runtime};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), leader_runtime::Error> {
+    /// let runtime = Runtime::new(Config::builder().memory(MemoryBackend::new()).instance_id("a").build()?)?;
+    /// assert_eq!(runtime.leader_id("jobs").await?, None); // nobody yet
+    /// runtime.run_if_leader("jobs", || async {}).await;
+    /// assert_eq!(runtime.leader_id("jobs").await?.as_deref(), Some("a"));
+    /// # Ok(())
+    /// # }
+    /// ```
     ///
     /// # Errors
     ///
@@ -199,6 +276,26 @@ impl Runtime {
     /// Run `f` if this instance leads `group`: `Some(output)` when it ran,
     /// `None` when not leader. The first call naming a group waits for its
     /// first acquisition round (bounded by the call timeout).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use leader_runtime::{Config, MemoryBackend, Runtime};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), leader_runtime::Error> {
+    /// let runtime = Runtime::new(Config::builder().memory(MemoryBackend::new()).instance_id("a").build()?)?;
+    /// let purged = runtime
+    ///     .run_if_leader("cleanup", || async {
+    ///         let lease = leader_runtime::current_lease().expect("inside a gated body");
+    ///         println!("purging under token {}", lease.token());
+    ///         42
+    ///     })
+    ///     .await;
+    /// assert_eq!(purged, Some(42));
+    /// # Ok(())
+    /// # }
+    /// ```
     ///
     /// # Cancel safety
     ///
@@ -224,6 +321,26 @@ impl Runtime {
     /// instance this one takes the lease back after that. A no-op when not
     /// leader.
     ///
+    /// # Examples
+    ///
+    /// ```
+    /// use leader_runtime::{Config, MemoryBackend, Runtime};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), leader_runtime::Error> {
+    /// let shared = MemoryBackend::new();
+    /// let a = Runtime::new(Config::builder().memory(shared.clone()).instance_id("a").build()?)?;
+    /// let b = Runtime::new(Config::builder().memory(shared.clone()).instance_id("b").build()?)?;
+    /// assert!(a.run_if_leader("jobs", || async {}).await.is_some());
+    /// b.run_if_leader("jobs", || async {}).await; // b follows
+    /// a.step_down("jobs").await?;
+    /// assert!(!a.is_leader("jobs"));
+    /// # tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    /// assert_eq!(b.leader_id("jobs").await?.as_deref(), Some("b")); // one round trip later
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
     /// # Errors
     ///
     /// [`Error::InvalidGroup`]; [`Error::ShutDown`]; the backend's error if the
@@ -245,16 +362,68 @@ impl Runtime {
 
     /// The lease of the gated body running on this task (see
     /// [`current_lease`](crate::current_lease)).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use leader_runtime::{Config, MemoryBackend, Runtime};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), leader_runtime::Error> {
+    /// let runtime = Runtime::new(Config::builder().memory(MemoryBackend::new()).instance_id("a").build()?)?;
+    /// assert!(runtime.current_lease().is_none()); // not in a gated body
+    /// let token = runtime
+    ///     .run_if_leader("jobs", || async { leader_runtime::current_lease().map(|l| l.token()) })
+    ///     .await
+    ///     .flatten();
+    /// assert!(token.is_some());
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn current_lease(&self) -> Option<Lease> {
         group::current_lease()
     }
 
     /// Counters of `group` on this instance; `None` if the group was never used.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use leader_runtime::{Config, MemoryBackend, Runtime};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), leader_runtime::Error> {
+    /// let runtime = Runtime::new(Config::builder().memory(MemoryBackend::new()).instance_id("a").build()?)?;
+    /// assert!(runtime.stats("jobs").is_none());
+    /// runtime.run_if_leader("jobs", || async {}).await;
+    /// let stats = runtime.stats("jobs").unwrap();
+    /// assert_eq!((stats.elected, stats.acquire_attempts, stats.lost()), (1, 1, 0));
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn stats(&self, group: &str) -> Option<Stats> {
         self.registered(group).map(|g| g.counters.snapshot())
     }
 
     /// Every transition of every group on this instance, from now on.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use leader_runtime::{Config, Event, MemoryBackend, Runtime};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), leader_runtime::Error> {
+    /// let runtime = Runtime::new(Config::builder().memory(MemoryBackend::new()).instance_id("a").build()?)?;
+    /// let mut events = runtime.subscribe();
+    /// runtime.run_if_leader("jobs", || async {}).await;
+    /// match events.recv().await {
+    ///     Ok(Event::Elected { group, token, .. }) => println!("leading {group} under token {token}"),
+    ///     other => panic!("{other:?}"),
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn subscribe(&self) -> broadcast::Receiver<Event> {
         self.inner.shared.ctx.events.subscribe()
     }
@@ -417,6 +586,22 @@ impl Runtime {
 
     /// Release every held lease (after draining gated runs) and stop all
     /// elections. Later calls are not leader.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use leader_runtime::{Config, MemoryBackend, Runtime};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), leader_runtime::Error> {
+    /// let runtime = Runtime::new(Config::builder().memory(MemoryBackend::new()).instance_id("a").build()?)?;
+    /// runtime.run_if_leader("jobs", || async {}).await;
+    /// runtime.shutdown().await; // drained and released
+    /// assert!(!runtime.is_leader("jobs"));
+    /// assert_eq!(runtime.run_if_leader("jobs", || async {}).await, None);
+    /// # Ok(())
+    /// # }
+    /// ```
     ///
     /// # Cancel safety
     ///

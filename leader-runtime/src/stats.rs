@@ -7,6 +7,22 @@ use crate::events::LostReason;
 /// A snapshot of one group's counters on this instance; see [`stats`](crate::stats).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
+///
+/// # Examples
+///
+/// ```
+/// use leader_runtime::{Config, MemoryBackend, Runtime};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), leader_runtime::Error> {
+/// let runtime = Runtime::new(Config::builder().memory(MemoryBackend::new()).build()?)?;
+/// runtime.run_if_leader("jobs", || async {}).await;
+/// let stats = runtime.stats("jobs").unwrap();
+/// assert_eq!(stats.elected, 1);
+/// assert_eq!(stats.renew_failures, 0);
+/// # Ok(())
+/// # }
+/// ```
 pub struct Stats {
     /// Times this instance became leader.
     pub elected: u64,
@@ -28,6 +44,22 @@ pub struct Stats {
 
 impl Stats {
     /// All losses, whatever the reason.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use leader_runtime::{Config, MemoryBackend, Runtime};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), leader_runtime::Error> {
+    /// let runtime = Runtime::new(Config::builder().memory(MemoryBackend::new()).instance_id("a").build()?)?;
+    /// runtime.run_if_leader("jobs", || async {}).await;
+    /// runtime.step_down("jobs").await?;
+    /// let stats = runtime.stats("jobs").unwrap();
+    /// assert_eq!((stats.lost_stepped_down, stats.lost()), (1, 1));
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn lost(&self) -> u64 {
         self.lost_expired + self.lost_superseded + self.lost_stepped_down + self.lost_shutdown
     }

@@ -71,6 +71,16 @@ impl Default for MemoryBackend {
 
 impl MemoryBackend {
     /// An empty store.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use leader_runtime::{Config, MemoryBackend};
+    ///
+    /// let config = Config::builder().memory(MemoryBackend::new()).build()?;
+    /// # drop(config);
+    /// # Ok::<(), leader_runtime::Error>(())
+    /// ```
     pub fn new() -> Self {
         let (notices, _) = broadcast::channel(1024);
         Self {
@@ -84,6 +94,23 @@ impl MemoryBackend {
 
     /// Simulate an outage: while unavailable every call fails with
     /// [`Error::Backend`] (leases keep expiring on the clock).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use leader_runtime::{Config, MemoryBackend, Runtime};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), leader_runtime::Error> {
+    /// let backend = MemoryBackend::new();
+    /// let runtime = Runtime::new(Config::builder().memory(backend.clone()).build()?)?;
+    /// backend.set_available(false);
+    /// assert!(runtime.leader_id("jobs").await.is_err());
+    /// backend.set_available(true);
+    /// assert_eq!(runtime.leader_id("jobs").await?, None);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn set_available(&self, available: bool) {
         self.inner.available.store(available, Ordering::SeqCst);
     }
@@ -92,6 +119,22 @@ impl MemoryBackend {
     /// gone, and the next leader of each group waits one ttl before its view
     /// turns true (safe start). A new `MemoryBackend` never had an earlier
     /// leader, so its first elections do not wait.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use leader_runtime::{Config, MemoryBackend, Runtime};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), leader_runtime::Error> {
+    /// let backend = MemoryBackend::new();
+    /// let runtime = Runtime::new(Config::builder().memory(backend.clone()).instance_id("a").build()?)?;
+    /// runtime.run_if_leader("jobs", || async {}).await;
+    /// backend.flush(); // as a Redis restarted without persistence
+    /// assert_eq!(runtime.leader_id("jobs").await?, None);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn flush(&self) {
         let mut state = self.state();
         state.leases.clear();
@@ -102,6 +145,24 @@ impl MemoryBackend {
 
     /// Write a lease directly, as another party would (`SET key holder PX ttl`),
     /// e.g. to test what a leader does when someone else overwrites its lease.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use leader_runtime::{Config, MemoryBackend, Runtime};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), leader_runtime::Error> {
+    /// let backend = MemoryBackend::new();
+    /// let runtime = Runtime::new(Config::builder().memory(backend.clone()).instance_id("a").build()?)?;
+    /// runtime.run_if_leader("jobs", || async {}).await;
+    /// backend.overwrite("leader", "jobs", "intruder", Duration::from_secs(60));
+    /// assert_eq!(runtime.leader_id("jobs").await?.as_deref(), Some("intruder"));
+    /// // a's next renew finds it and ends a's view (LostReason::Superseded).
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn overwrite(&self, key_prefix: &str, group: &str, holder: &str, ttl: Duration) {
         let keys = GroupKeys::new(key_prefix, group);
         self.state()
