@@ -18,8 +18,10 @@
 //! exit <at_ns>
 //! ```
 //!
-//! `at_ns` is when this process printed the line. The library's own log
-//! (`tracing`) goes to stderr.
+//! `at_ns` is when this process printed the line, except for `elected` and
+//! `lost`: there it is when the runtime logged the transition (see
+//! [`Transitions`]), which is within microseconds after the view really
+//! turned on or off. The library's own log (`tracing`) goes to stderr.
 //!
 //! Environment:
 //!
@@ -43,6 +45,7 @@
 //! body first prints the events pending on this process, so an `elected`
 //! line always precedes (in order and in time) the runs of its leadership.
 
+use std::collections::HashMap;
 use std::io::Write;
 use std::sync::{Mutex, OnceLock, PoisonError};
 use std::time::Duration;
@@ -53,6 +56,9 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::broadcast;
+use tracing_subscriber::filter;
+use tracing_subscriber::layer::{Layer, SubscriberExt};
+use tracing_subscriber::util::SubscriberInitExt;
 
 /// The group of the attribute; `GROUP` set to anything else uses `run_if_leader`.
 const DEFAULT_GROUP: &str = "chaos";
@@ -120,6 +126,77 @@ impl Clock {
     }
 }
 
+/// When the election published or ended a view, by token: recorded by
+/// [`Transitions`] inside the election task itself, so before anything
+/// that follows there (a gated run admitted, the release sent to Redis).
+#[derive(Default)]
+struct Moments {
+    elected: HashMap<u64, u64>,
+    ended: HashMap<u64, u64>,
+}
+
+static MOMENTS: Mutex<Option<Moments>> = Mutex::new(None);
+
+fn moment(token: u64, elected: bool) -> Option<u64> {
+    let mut moments = MOMENTS.lock().unwrap_or_else(PoisonError::into_inner);
+    let moments = moments.as_mut()?;
+    if elected {
+        moments.elected.remove(&token)
+    } else {
+        moments.ended.remove(&token)
+    }
+}
+
+/// A tracing layer that notes the time of the runtime's own `elected`,
+/// `stepped down` and `lost leadership` log events. The runtime emits them
+/// synchronously right after turning its view on or off, so this time is
+/// within microseconds after the real transition — unlike the time this
+/// process gets around to printing the broadcast event, which can come after
+/// the release already reached Redis and the next leader was elected.
+struct Transitions;
+
+#[derive(Default)]
+struct Fields {
+    message: Option<String>,
+    token: Option<u64>,
+}
+
+impl tracing::field::Visit for Fields {
+    fn record_u64(&mut self, field: &tracing::field::Field, value: u64) {
+        if field.name() == "token" {
+            self.token = Some(value);
+        }
+    }
+
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        if field.name() == "message" {
+            self.message = Some(format!("{value:?}"));
+        }
+    }
+}
+
+impl<S: tracing::Subscriber> Layer<S> for Transitions {
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        let at = monotonic_now_ns();
+        let mut fields = Fields::default();
+        event.record(&mut fields);
+        let (Some(message), Some(token)) = (fields.message, fields.token) else {
+            return;
+        };
+        let mut moments = MOMENTS.lock().unwrap_or_else(PoisonError::into_inner);
+        let moments = moments.get_or_insert_with(Moments::default);
+        match message.as_str() {
+            "elected" => {
+                moments.elected.insert(token, at);
+            }
+            "stepped down" | "lost leadership" => {
+                moments.ended.insert(token, at);
+            }
+            _ => {}
+        }
+    }
+}
+
 /// Prints event lines, draining the runtime's event channel first so lines
 /// stay in the order things happened.
 struct Log {
@@ -163,8 +240,9 @@ impl Log {
             Event::Elected {
                 token, valid_until, ..
             } => line(format_args!(
-                "elected {token} {} {at}",
-                self.clock.ns(*valid_until)
+                "elected {token} {} {}",
+                self.clock.ns(*valid_until),
+                moment(*token, true).unwrap_or(at)
             )),
             Event::Renewed {
                 token, valid_until, ..
@@ -172,7 +250,10 @@ impl Log {
                 "renewed {token} {} {at}",
                 self.clock.ns(*valid_until)
             )),
-            Event::Lost { token, reason, .. } => line(format_args!("lost {token} {reason} {at}")),
+            Event::Lost { token, reason, .. } => line(format_args!(
+                "lost {token} {reason} {}",
+                moment(*token, false).unwrap_or(at)
+            )),
             Event::BackendError { message, .. } => {
                 let message = message.replace('\n', " ");
                 line(format_args!("backend_error {at} {message}"));
@@ -302,13 +383,18 @@ fn print_stats(group: &str) {
 }
 
 async fn instance() -> i32 {
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(false)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+    let log_filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::registry()
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_ansi(false)
+                .with_filter(log_filter),
         )
+        .with(Transitions.with_filter(filter::filter_fn(|m| {
+            m.target().starts_with("leader_runtime") && *m.level() <= tracing::Level::INFO
+        })))
         .init();
     match run().await {
         Ok(()) => 0,
