@@ -112,6 +112,12 @@ async fn lease_key_set_to_a_wrong_type() {
     scenario(Fault::WrongType).await;
 }
 
+/// Deletes the lease key if a fault left a hash or the foreign value in it.
+const CLEAN_KEY: &str = "local t = redis.call('TYPE', KEYS[1]).ok \
+    if t ~= 'string' and t ~= 'none' then return redis.call('DEL', KEYS[1]) end \
+    if redis.call('GET', KEYS[1]) == 'intruder' then return redis.call('DEL', KEYS[1]) end \
+    return 0";
+
 fn env_u64(name: &str, default: u64) -> u64 {
     match std::env::var(name) {
         Ok(v) => v.parse().unwrap_or_else(|e| panic!("{name}={v:?}: {e}")),
@@ -193,7 +199,12 @@ async fn random_mix() {
                 if fleet.redis.pid().is_none() {
                     let _ = fleet.redis.start_again().await;
                 }
-                let _ = fleet.redis.cmd(&["DEL", fleet.lease_key()]).await;
+                // Remove what a key fault left (never an instance's lease:
+                // deleting that would let a second instance lead).
+                let _ = fleet
+                    .redis
+                    .cmd(&["EVAL", CLEAN_KEY, "1", fleet.lease_key()])
+                    .await;
             }
         }
         // The fleet's log only grows: report progress now and then.
@@ -217,6 +228,23 @@ async fn random_mix() {
         .iter()
         .filter(|v| matches!(v, support::checker::Violation::Overlap { .. }))
         .count();
+    // The closest any leadership came to the previous one.
+    let mut closest: Option<(u64, String)> = None;
+    let mut furthest: Option<&support::checker::Window> = None;
+    for w in &history.windows {
+        if let Some(f) = furthest {
+            if w.start >= f.end {
+                let gap = w.start - f.end;
+                if closest.as_ref().is_none_or(|c| gap < c.0) {
+                    let why = f.lost.as_ref().map_or("no loss logged", |l| l.0.as_str());
+                    closest = Some((gap, format!("after a loss by {why}")));
+                }
+            }
+        }
+        if furthest.is_none_or(|f| w.end > f.end) {
+            furthest = Some(w);
+        }
+    }
     eprintln!(
         "random_mix totals (ttl {ttl:?}, seed {seed}, {:?}):",
         started.elapsed()
@@ -239,6 +267,12 @@ async fn random_mix() {
         fencing.rejected_paused,
         fencing.violations.len()
     );
+    if let Some((gap, why)) = &closest {
+        eprintln!(
+            "  closest approach of two leaderships: {:.3} ms ({why})",
+            *gap as f64 / 1e6
+        );
+    }
     eprintln!(
         "  recovery (every fault but SIGTERM): n={} max={:?} p99={:?}",
         all.len(),

@@ -2,16 +2,20 @@
 //! processes (see `src/bin/leader-instance.rs` for the line format).
 //!
 //! A *leadership window* is what one process believed about one token:
-//! it starts when the process printed `elected` and ends at the last
-//! `valid_until` it reported for that token (`elected` or `renewed`), not
-//! when it got around to logging — or earlier, at its `lost` line, if that
-//! came first (a superseded or shut-down leader ends its view before it
-//! logs the loss, so both are upper bounds of the real end).
+//! it starts at its `elected` line and ends at the last `valid_until` it
+//! reported for that token (`elected` or `renewed`), not when it got around
+//! to logging — or earlier, at its `lost` line, if that came first (a
+//! superseded or shut-down leader ends its view before its `valid_until`).
 //!
-//! The start is an upper bound of the real start by one scheduling delay of
-//! the process (the view turns on just before the event is sent); the
-//! instance prints pending events before every gated body, so every run of
-//! a leadership starts at or after its `elected` line.
+//! The instance stamps `elected` and `lost` with the moment the runtime
+//! logged the transition, from inside the election task, microseconds after
+//! the view turned on or off and before anything that follows it there (a
+//! gated run admitted, a release sent to Redis). Both are upper bounds of
+//! the real instants, tight enough that a release, a round trip to Redis
+//! and the next acquisition always lie between one window's end and the
+//! next one's start; an overlap longer than a few microseconds is real.
+//! (Stamping `lost` when the process printed it is not: the release can
+//! reach Redis, and the next leader be elected, before that print.)
 //!
 //! Safety, per group (each fleet elects one group):
 //! - no two windows overlap, across all processes;

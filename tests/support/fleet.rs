@@ -33,13 +33,14 @@ pub struct FleetConfig {
 }
 
 impl FleetConfig {
-    /// Three instances, ttl 1 s, renew 200 ms, retry 100 ms, a 700 ms call
-    /// timeout (so a round trip of ttl/2 still succeeds), a tick every 50 ms,
+    /// Three instances, ttl 1 s, renew ttl/3 and retry ttl/10 (the
+    /// proportions of the defaults: 15 s, 5 s, 2 s), a call timeout of 0.6
+    /// × ttl (so a round trip of ttl/2 still succeeds), a tick every 50 ms,
     /// bodies of 10 ms.
     ///
-    /// Retry below renew: after Redis returns, a follower's next attempt
-    /// comes within `retry`, and the safe start after data loss adds one
-    /// ttl, so the group leads again within ttl + renew.
+    /// Retry well below renew: after Redis returns, a follower's next
+    /// attempt comes within `retry`, and the safe start after data loss adds
+    /// one ttl, so the group leads again within ttl + renew.
     pub fn new() -> Self {
         Self::with_ttl(Duration::from_secs(1))
     }
@@ -49,9 +50,9 @@ impl FleetConfig {
         FleetConfig {
             instances: 3,
             ttl,
-            renew: ttl / 5,
+            renew: ttl / 3,
             retry: ttl / 10,
-            call_timeout: Some(ttl * 7 / 10),
+            call_timeout: Some(ttl * 6 / 10),
             tick: Duration::from_millis(50),
             body: Duration::from_millis(10),
             proxied: false,
@@ -401,6 +402,8 @@ impl Fleet {
             .wait_timeout(Duration::from_secs(10))
             .await
             .expect("killed child exits");
+        // Every line it printed is captured once its stdout is closed.
+        let _ = child.stdout().wait_closed(Duration::from_secs(10)).await;
         at
     }
 
@@ -414,6 +417,11 @@ impl Fleet {
         let status = self.members[i]
             .child
             .wait_timeout(Duration::from_secs(10))
+            .await;
+        let _ = self.members[i]
+            .child
+            .stdout()
+            .wait_closed(Duration::from_secs(10))
             .await;
         match status {
             Ok(s) if s.success() => {}
