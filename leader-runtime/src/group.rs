@@ -316,3 +316,56 @@ pub(crate) async fn run_admitted<F: Future>(
 pub(crate) fn run_sync_admitted<T>(admitted: Admitted, body: impl FnOnce() -> T) -> T {
     CURRENT_LEASE.sync_scope(admitted, body)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tokio::time::sleep;
+
+    use crate::{current_lease, Config, MemoryBackend, Runtime};
+
+    #[tokio::test(start_paused = true)]
+    async fn a_body_keeps_the_lease_it_was_admitted_under_after_a_new_leadership() {
+        let mem = MemoryBackend::new();
+        let a = Runtime::new(
+            Config::builder()
+                .memory(mem.clone())
+                .ttl(Duration::from_secs(3))
+                .renew_interval(Duration::from_secs(1))
+                .instance_id("a")
+                .build()
+                .unwrap(),
+        )
+        .unwrap();
+        let first = a
+            .run_if_leader("g", || async { current_lease().unwrap().token() })
+            .await
+            .unwrap();
+        let a2 = a.clone();
+        let body = tokio::spawn(async move {
+            a2.run_if_leader("g", || async {
+                sleep(Duration::from_secs(10)).await;
+                current_lease()
+            })
+            .await
+        });
+        // The view expires while the body runs; then this instance leads again.
+        sleep(Duration::from_millis(10)).await;
+        mem.set_available(false);
+        sleep(Duration::from_secs(4)).await;
+        assert!(!a.is_leader("g"));
+        mem.set_available(true);
+        sleep(Duration::from_secs(2)).await;
+        let second = a
+            .run_if_leader("g", || async { current_lease().unwrap().token() })
+            .await
+            .expect("leads again");
+        assert!(second > first);
+        let lease = body.await.unwrap().expect("admitted").expect("a lease");
+        assert_eq!(lease.token(), first, "the lease it was admitted under");
+        assert!(!lease.is_valid());
+        assert!(current_lease().is_none(), "outside any gated body");
+        a.shutdown().await;
+    }
+}
