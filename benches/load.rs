@@ -193,7 +193,10 @@ async fn fleet(args: &[String]) {
             }
         }
     }
-    println!("window {window:.1} s; commands seen by Redis (INFO commandstats):");
+    println!(
+        "window {window:.1} s; commands seen by Redis (INFO commandstats; a script's own \
+         commands are counted too, the calls sent are evalsha):"
+    );
     println!("| command | calls | per second | per second per group |\n| --- | --- | --- | --- |");
     for (name, calls) in &commands {
         if name == "info" || name == "config|resetstat" {
@@ -211,7 +214,9 @@ async fn fleet(args: &[String]) {
         .map(|(_, c)| c)
         .sum();
     println!(
-        "all commands: {total} = {:.4} per second per group ({:.4} per group per renew interval)",
+        "all commands counted, including those run inside the scripts (get, pexpire, pttl, ...): \
+         {total} = {:.4} per second per group ({:.4} per group per renew interval); \
+         the calls sent are the evalsha row",
         total as f64 / window / groups as f64,
         total as f64 / window / groups as f64 * renew.as_secs_f64()
     );
