@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use crate::backend::{Acquire, Backend, Op, Renew};
 use crate::config::Config;
 use crate::events::{Event, LostReason};
-use crate::group::{Command, Group};
+use crate::group::{Command, Group, MailboxRx};
 use crate::lease::{Lease, Tenure};
 use crate::names::GroupKeys;
 use crate::{jitter, metrics, Error, Result};
@@ -51,7 +51,7 @@ enum Flow {
 /// Most followers waking at one expiry spread over this much.
 const EXPIRY_JITTER: Duration = Duration::from_millis(5);
 
-pub(crate) async fn run(group: Arc<Group>, ctx: Arc<Ctx>, commands: mpsc::Receiver<Command>) {
+pub(crate) async fn run(group: Arc<Group>, ctx: Arc<Ctx>, commands: MailboxRx) {
     let keys = GroupKeys::new(&ctx.config.key_prefix, &group.name);
     let mut election = Election {
         group,
@@ -69,7 +69,7 @@ struct Election {
     group: Arc<Group>,
     ctx: Arc<Ctx>,
     keys: GroupKeys,
-    commands: mpsc::Receiver<Command>,
+    commands: MailboxRx,
     /// In a burst of backend failures (log only its first).
     failing: bool,
     /// After a step-down: stay out of the race until then (or a release notice).

@@ -1,6 +1,7 @@
 //! One group on this instance: the local view, admission of gated runs, and
 //! what the election and the gate share.
 
+use std::collections::VecDeque;
 use std::future::Future;
 use std::ops::Deref;
 use std::sync::atomic::{
@@ -10,7 +11,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use arc_swap::ArcSwapOption;
-use tokio::sync::{mpsc, oneshot, watch, Notify};
+use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
 
 use crate::lease::{Lease, Tenure};
@@ -61,15 +62,17 @@ pub(crate) struct Group {
     drained: Notify,
     /// A release notice from another instance arrived.
     pub(crate) released: Notify,
-    first_round: watch::Sender<bool>,
+    /// The election finished its first acquisition round (`first_round_done`).
+    first_round_done: AtomicBool,
+    first_round: Notify,
     pub(crate) counters: Counters,
     /// What the status page shows; also the eligibility flag.
     pub(crate) observed: Observed,
-    pub(crate) commands: mpsc::Sender<Command>,
+    pub(crate) commands: Mailbox,
 }
 
 impl Group {
-    pub(crate) fn new(name: Arc<str>, commands: mpsc::Sender<Command>) -> Self {
+    pub(crate) fn new(name: Arc<str>, commands: Mailbox) -> Self {
         Self {
             name,
             base: Instant::now(),
@@ -81,7 +84,8 @@ impl Group {
             in_flight: AtomicUsize::new(0),
             drained: Notify::new(),
             released: Notify::new(),
-            first_round: watch::Sender::new(false),
+            first_round_done: AtomicBool::new(false),
+            first_round: Notify::new(),
             counters: Counters::default(),
             observed: Observed::new(true),
             commands,
@@ -195,17 +199,93 @@ impl Group {
     }
 
     pub(crate) fn mark_first_round(&self) {
-        self.first_round
-            .send_if_modified(|done| !std::mem::replace(done, true));
+        if !self.first_round_done.swap(true, SeqCst) {
+            self.first_round.notify_waiters();
+        }
     }
 
     /// Wait until the election finished its first acquisition round, at most `limit`.
     pub(crate) async fn first_round(&self, limit: Duration) {
-        if *self.first_round.borrow() {
+        if self.first_round_done.load(SeqCst) {
             return;
         }
-        let mut rx = self.first_round.subscribe();
-        let _ = tokio::time::timeout(limit, rx.wait_for(|done| *done)).await;
+        let notified = self.first_round.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        if self.first_round_done.load(SeqCst) {
+            return;
+        }
+        let _ = tokio::time::timeout(limit, notified).await;
+    }
+}
+
+/// A group's command queue, to its election task. What `mpsc::channel` did,
+/// in a fraction of the memory (no cache-padded channel state, no block of 32
+/// slots): about 1 KiB less per group, 10 MiB at 10,000 groups.
+pub(crate) fn mailbox() -> (Mailbox, MailboxRx) {
+    let shared = Arc::new(MailboxShared {
+        queue: Mutex::new(VecDeque::new()),
+        notify: Notify::new(),
+        closed: AtomicBool::new(false),
+    });
+    (Mailbox(shared.clone()), MailboxRx(shared))
+}
+
+struct MailboxShared {
+    queue: Mutex<VecDeque<Command>>,
+    notify: Notify,
+    /// The election ended: nothing will take commands any more.
+    closed: AtomicBool,
+}
+
+impl MailboxShared {
+    fn queue(&self) -> MutexGuard<'_, VecDeque<Command>> {
+        self.queue.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// The sending half, kept by the group.
+pub(crate) struct Mailbox(Arc<MailboxShared>);
+
+impl Mailbox {
+    /// Queue `command` for the election; gives it back once the election has ended.
+    pub(crate) async fn send(&self, command: Command) -> std::result::Result<(), Command> {
+        let mut queue = self.0.queue();
+        if self.0.closed.load(SeqCst) {
+            return Err(command);
+        }
+        queue.push_back(command);
+        drop(queue);
+        self.0.notify.notify_one();
+        Ok(())
+    }
+}
+
+/// The receiving half, owned by the election task; dropping it refuses
+/// later commands and drops queued ones (their callers see the reply
+/// channel closed).
+pub(crate) struct MailboxRx(Arc<MailboxShared>);
+
+impl MailboxRx {
+    /// The next command. Cancel safe: a command leaves the queue only when
+    /// returned. Never `None` (the group holds the sender), like the channel
+    /// it replaces while its sender lives.
+    pub(crate) async fn recv(&mut self) -> Option<Command> {
+        loop {
+            if let Some(command) = self.0.queue().pop_front() {
+                return Some(command);
+            }
+            // `notify_one` leaves a permit when nobody waits: no lost wake-up.
+            self.0.notify.notified().await;
+        }
+    }
+}
+
+impl Drop for MailboxRx {
+    fn drop(&mut self) {
+        let mut queue = self.0.queue();
+        self.0.closed.store(true, SeqCst);
+        queue.clear();
     }
 }
 

@@ -660,7 +660,7 @@ impl Runtime {
             return Ok(group.clone());
         }
         let name: Arc<str> = Arc::from(name);
-        let (commands, command_rx) = mpsc::channel(8);
+        let (commands, command_rx) = group::mailbox();
         let group = Arc::new(Group::new(name.clone(), commands));
         group.observed.set_eligible(eligible);
         groups.insert(name, group.clone());
