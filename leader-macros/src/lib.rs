@@ -5,7 +5,10 @@
 //! calls into `leader_runtime::__private`, a private contract between the two
 //! crates of one version.
 #![forbid(unsafe_code)]
-#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
 
 use proc_macro::TokenStream;
 

@@ -450,7 +450,7 @@ impl Election {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 #[cfg(test)]
 mod eligibility_tests;

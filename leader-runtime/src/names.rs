@@ -9,16 +9,7 @@ pub(crate) const MAX_GROUP_LEN: usize = 128;
 ///
 /// The macro checks literals at compile time with the same rule.
 pub(crate) fn validate_group(group: &str) -> Result<()> {
-    let rule = if group.is_empty() {
-        Some("must not be empty")
-    } else if group.len() > MAX_GROUP_LEN {
-        Some("must be at most 128 bytes")
-    } else if !group.bytes().all(is_name_byte) {
-        Some("may contain only ASCII letters, digits and `.`, `_`, `:`, `-`")
-    } else {
-        None
-    };
-    match rule {
+    match name_rule(group) {
         Some(rule) => Err(Error::InvalidGroup {
             group: group.to_owned(),
             rule,
@@ -30,21 +21,25 @@ pub(crate) fn validate_group(group: &str) -> Result<()> {
 /// Check a key prefix: same alphabet as group names (so keys stay printable and
 /// the `{group}` hash tag is the only brace pair in a key).
 pub(crate) fn validate_prefix(prefix: &str) -> Result<()> {
-    let rule = if prefix.is_empty() {
-        Some("must not be empty")
-    } else if prefix.len() > MAX_GROUP_LEN {
-        Some("must be at most 128 bytes")
-    } else if !prefix.bytes().all(is_name_byte) {
-        Some("may contain only ASCII letters, digits and `.`, `_`, `:`, `-`")
-    } else {
-        None
-    };
-    match rule {
+    match name_rule(prefix) {
         Some(rule) => Err(Error::Config {
             field: "key_prefix",
             rule: rule.to_owned(),
         }),
         None => Ok(()),
+    }
+}
+
+/// The rule `name` breaks, if any: `[A-Za-z0-9._:-]{1,128}`.
+fn name_rule(name: &str) -> Option<&'static str> {
+    if name.is_empty() {
+        Some("must not be empty")
+    } else if name.len() > MAX_GROUP_LEN {
+        Some("must be at most 128 bytes")
+    } else if !name.bytes().all(is_name_byte) {
+        Some("may contain only ASCII letters, digits and `.`, `_`, `:`, `-`")
+    } else {
+        None
     }
 }
 

@@ -3,46 +3,10 @@
 
 use std::time::Duration;
 
-use tokio::sync::broadcast;
 use tokio::time::{sleep, Instant};
 
-use crate::{Config, Error, Event, LostReason, MemoryBackend, Runtime};
-
-const TTL: Duration = Duration::from_secs(3);
-const RENEW: Duration = Duration::from_secs(1);
-const RETRY: Duration = Duration::from_millis(500);
-const G: &str = "jobs";
-
-fn instance(mem: &MemoryBackend, id: &str) -> Runtime {
-    Runtime::new(
-        Config::builder()
-            .memory(mem.clone())
-            .ttl(TTL)
-            .renew_interval(RENEW)
-            .retry_interval(RETRY)
-            .instance_id(id)
-            .build()
-            .unwrap(),
-    )
-    .unwrap()
-}
-
-/// Let every ready task run without moving the clock.
-async fn settle() {
-    for _ in 0..20 {
-        tokio::task::yield_now().await;
-    }
-}
-
-/// The next leadership transition, skipping renewals and backend errors.
-async fn next_transition(rx: &mut broadcast::Receiver<Event>) -> Event {
-    loop {
-        match rx.recv().await.unwrap() {
-            Event::Renewed { .. } | Event::BackendError { .. } => continue,
-            e => return e,
-        }
-    }
-}
+use super::tests::{instance, next_transition, settle, G, TTL};
+use crate::{Error, Event, LostReason, MemoryBackend, Runtime};
 
 fn attempts(rt: &Runtime) -> u64 {
     rt.stats(G).unwrap().acquire_attempts

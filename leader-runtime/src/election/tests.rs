@@ -1,5 +1,6 @@
 //! The state machine on the in-memory backend with paused time: every
-//! transition and timing bound, exactly.
+//! transition and timing bound, exactly. The helpers here serve the other
+//! paused-time test modules too.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -9,14 +10,14 @@ use tokio::time::{advance, sleep, Instant};
 
 use crate::{Config, Event, LostReason, MemoryBackend, Runtime};
 
-const TTL: Duration = Duration::from_secs(3);
-const RENEW: Duration = Duration::from_secs(1);
-const RETRY: Duration = Duration::from_millis(500);
+pub(crate) const TTL: Duration = Duration::from_secs(3);
+pub(crate) const RENEW: Duration = Duration::from_secs(1);
+pub(crate) const RETRY: Duration = Duration::from_millis(500);
 /// Default drift margin for TTL: 1% + 2 ms.
-const MARGIN: Duration = Duration::from_millis(32);
-const G: &str = "jobs";
+pub(crate) const MARGIN: Duration = Duration::from_millis(32);
+pub(crate) const G: &str = "jobs";
 
-fn instance(mem: &MemoryBackend, id: &str) -> Runtime {
+pub(crate) fn instance(mem: &MemoryBackend, id: &str) -> Runtime {
     Runtime::new(
         Config::builder()
             .memory(mem.clone())
@@ -31,14 +32,14 @@ fn instance(mem: &MemoryBackend, id: &str) -> Runtime {
 }
 
 /// Let every ready task run without moving the clock.
-async fn settle() {
+pub(crate) async fn settle() {
     for _ in 0..20 {
         tokio::task::yield_now().await;
     }
 }
 
 /// The next leadership transition, skipping renewals and backend errors.
-async fn next_transition(rx: &mut broadcast::Receiver<Event>) -> Event {
+pub(crate) async fn next_transition(rx: &mut broadcast::Receiver<Event>) -> Event {
     loop {
         match rx.recv().await.unwrap() {
             Event::Renewed { .. } | Event::BackendError { .. } => continue,

@@ -4,26 +4,8 @@ use std::time::Duration;
 
 use tokio::time::sleep;
 
-use crate::{Config, MemoryBackend, Runtime};
-
-const TTL: Duration = Duration::from_secs(3);
-const RENEW: Duration = Duration::from_secs(1);
-/// Default drift margin for TTL: 1% + 2 ms.
-const MARGIN: Duration = Duration::from_millis(32);
-
-fn instance(mem: &MemoryBackend, id: &str) -> Runtime {
-    Runtime::new(
-        Config::builder()
-            .memory(mem.clone())
-            .ttl(TTL)
-            .renew_interval(RENEW)
-            .retry_interval(Duration::from_millis(500))
-            .instance_id(id)
-            .build()
-            .unwrap(),
-    )
-    .unwrap()
-}
+use crate::election::tests::{instance, MARGIN, TTL};
+use crate::MemoryBackend;
 
 #[tokio::test(start_paused = true)]
 async fn leader_and_follower_views() {
