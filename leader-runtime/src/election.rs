@@ -267,6 +267,9 @@ impl Election {
                         return Flow::Stop;
                     }
                 },
+                // The backend reconnected (Redis may have restarted empty),
+                // or a stray release notice: renew now. Early is always safe.
+                _ = self.group.released.notified() => next_renew = Instant::now(),
                 _ = sleep_until(wake) => {}
             }
             let now = Instant::now();

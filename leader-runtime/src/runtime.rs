@@ -11,7 +11,7 @@ use tokio::sync::{broadcast, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::backend::{Backend, NoticeSink, RedisBackend};
+use crate::backend::{Backend, NoticeSink, RedisBackend, EVERY_GROUP};
 use crate::config::{BackendConfig, Config};
 use crate::election::{self, Callback, Ctx};
 use crate::events::Event;
@@ -710,6 +710,16 @@ fn notice_sink(shared: Weak<Shared>) -> NoticeSink {
             return;
         };
         if by == shared.ctx.config.instance_id {
+            return;
+        }
+        if group == EVERY_GROUP {
+            // Leaders renew now. Followers go on pacing themselves (a wake-up
+            // here would also cut short a step-down's cooldown).
+            let groups = shared.groups.read().unwrap_or_else(PoisonError::into_inner);
+            tracing::debug!("notice connection back: leaders check their lease");
+            for group in groups.values().filter(|g| g.is_leader()) {
+                group.released.notify_one();
+            }
             return;
         }
         let group = shared

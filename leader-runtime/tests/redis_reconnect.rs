@@ -1,8 +1,9 @@
-//! Reconnecting after Redis was unreachable: the election's own pacing
-//! (`retry_interval` for followers) decides when the next attempt happens,
-//! not a hidden backoff inside the Redis connection manager — otherwise a
-//! group whose Redis came back empty (safe start: one ttl) would lead again
-//! later than ttl + renew_interval.
+//! Reconnecting after Redis was unreachable or restarted: the election's own
+//! pacing (`retry_interval` for followers) decides when the next attempt
+//! happens, not a hidden backoff inside the Redis connection manager, and a
+//! leader learns of a restart when the release-notice connection comes back,
+//! not at its next renewal — otherwise a group whose Redis came back empty
+//! (safe start: one ttl) would lead again later than ttl + renew_interval.
 
 use std::time::Duration;
 
@@ -59,5 +60,76 @@ async fn failed_calls_fail_fast_and_retries_follow_retry_interval() {
     // Safe start (the server came back empty): one ttl after the first
     // acquisition, which follows within about one retry interval.
     assert!(back.elapsed() >= TTL - RETRY, "{:?}", back.elapsed());
+    rt.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_leader_notices_a_restarted_redis_before_its_next_renewal() {
+    let mut server = RedisServer::start().await.unwrap();
+    let ttl = Duration::from_secs(1);
+    // A long renew interval: the next renewal is at least 600 ms away (the
+    // renewal grid moves it back by less than one 200 ms step).
+    let renew = Duration::from_millis(800);
+    let rt = Runtime::new(
+        Config::builder()
+            .redis_url(server.url())
+            .ttl(ttl)
+            .renew_interval(renew)
+            .retry_interval(RETRY)
+            .instance_id("a")
+            .build()
+            .unwrap(),
+    )
+    .unwrap();
+    let mut events = rt.subscribe();
+    assert!(!rt.is_leader(G));
+    let first = timeout(ttl * 4, async {
+        loop {
+            if let Event::Elected { .. } = events.recv().await.unwrap() {
+                return;
+            }
+        }
+    })
+    .await;
+    assert!(first.is_ok(), "never elected");
+    // Right after a renewal, Redis restarts empty (lease, token counter,
+    // scripts gone).
+    let renewed = timeout(ttl * 2, async {
+        loop {
+            if let Event::Renewed { .. } = events.recv().await.unwrap() {
+                return;
+            }
+        }
+    })
+    .await;
+    assert!(renewed.is_ok(), "never renewed");
+    server.restart().await.unwrap();
+    let back = Instant::now();
+    // The leader learns it at once (the release-notice connection dropped
+    // and came back), not at its next renewal; the safe start then adds one
+    // ttl. Waiting for the renewal would take at least 600 ms - restart + ttl.
+    let lost_and_elected = timeout(ttl * 4, async {
+        let mut lost = None;
+        loop {
+            match events.recv().await.unwrap() {
+                Event::Lost { .. } => lost = Some(back.elapsed()),
+                Event::Elected { .. } => return (lost, back.elapsed()),
+                _ => {}
+            }
+        }
+    })
+    .await
+    .expect("leads again after the restart");
+    let (lost, elected) = lost_and_elected;
+    let lost = lost.expect("the old leadership ended first");
+    eprintln!("after Redis was back: lost {lost:?}, leader again {elected:?}");
+    assert!(
+        lost < Duration::from_millis(300),
+        "noticed the restart {lost:?} after Redis was back"
+    );
+    assert!(
+        elected < ttl + Duration::from_millis(300),
+        "leader again {elected:?} after Redis was back"
+    );
     rt.shutdown().await;
 }

@@ -46,8 +46,15 @@ pub(crate) enum Renew {
     Other,
 }
 
-/// Called for every release notice: `(group, releasing instance id)`.
+/// Called for every release notice: `(group, releasing instance id)`; the
+/// group [`EVERY_GROUP`] means the notice connection came back after a loss.
 pub(crate) type NoticeSink = Arc<dyn Fn(&str, &str) + Send + Sync>;
+
+/// The group of a notice to every group (`*` is never a group name): the
+/// backend's notice connection came back after it was lost — the server may
+/// have restarted empty, so leaders renew now rather than at their next
+/// renewal.
+pub(crate) const EVERY_GROUP: &str = "*";
 
 /// One group's operation, as the backend sees it.
 pub(crate) struct Op<'a> {

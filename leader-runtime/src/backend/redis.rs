@@ -521,10 +521,14 @@ impl RedisBackend {
         tokio::spawn(async move {
             let mut failing = false;
             let mut next = 0;
+            // Whether a connection was attempted (and ended) before.
+            let mut lost = false;
             while !stop.is_cancelled() {
                 let client = &nodes[next % nodes.len()];
                 let node = client.get_connection_info().addr().to_string();
-                match listen(client, &channel, &sink, &up, retry, &stop).await {
+                let listened = listen(client, &channel, &sink, &up, retry, &stop, lost).await;
+                lost = true;
+                match listened {
                     Ok(()) => failing = false,
                     Err(e) if !failing => {
                         failing = true;
@@ -584,6 +588,7 @@ async fn listen(
     up: &AtomicBool,
     timeout: Duration,
     stop: &CancellationToken,
+    reconnect: bool,
 ) -> Result<()> {
     let err = |e: redis::RedisError| backend_err("*", &e);
     let mut pubsub = tokio::time::timeout(timeout, client.get_async_pubsub())
@@ -596,6 +601,11 @@ async fn listen(
         .map_err(err)?;
     up.store(true, Ordering::SeqCst);
     tracing::debug!(channel, "listening for release notices");
+    if reconnect {
+        // Redis may have restarted empty meanwhile: leaders renew now,
+        // instead of up to one renew interval later.
+        sink(super::EVERY_GROUP, "");
+    }
     let mut messages = pubsub.on_message();
     loop {
         let msg = tokio::select! {
