@@ -252,6 +252,9 @@ impl Election {
                     Some(Command::StepDown(reply)) => {
                         let result = self.hand_over(tenure, valid_until, LostReason::SteppedDown).await;
                         self.cooldown_until = Some(Instant::now() + ttl);
+                        // A wake-up stored while we led (a reconnect notice
+                        // not yet taken) must not cut the cooldown short.
+                        let _ = futures_util::FutureExt::now_or_never(self.group.released.notified());
                         let _ = reply.send(result);
                         return Flow::Campaign;
                     }

@@ -243,6 +243,33 @@ async fn step_down_alone_takes_the_lease_back_after_one_ttl() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_wake_up_stored_while_leading_does_not_cut_the_cooldown_short() {
+    let mem = MemoryBackend::new();
+    let a = instance(&mem, "a");
+    assert!(a.run_if_leader(G, || async {}).await.is_some());
+    let mut events = a.subscribe();
+    let before = Instant::now();
+    // The step-down is queued, and a reconnect notice wakes the leader in
+    // the same instant: the election takes the command first.
+    let step_down = a.step_down(G);
+    tokio::pin!(step_down);
+    assert!(futures_util::FutureExt::now_or_never(step_down.as_mut()).is_none());
+    a.group(G).unwrap().released.notify_one();
+    step_down.await.unwrap();
+    let Event::Lost {
+        reason: LostReason::SteppedDown,
+        ..
+    } = next_transition(&mut events).await
+    else {
+        panic!()
+    };
+    let Event::Elected { .. } = next_transition(&mut events).await else {
+        panic!()
+    };
+    assert_eq!(Instant::now() - before, TTL, "the cooldown ran its course");
+}
+
+#[tokio::test(start_paused = true)]
 async fn step_down_drains_running_bodies_before_release() {
     let mem = MemoryBackend::new();
     let (a, b) = (instance(&mem, "a"), instance(&mem, "b"));
