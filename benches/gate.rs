@@ -9,8 +9,9 @@
 //!
 //! The gate never touches the backend, so an in-memory backend with a long
 //! ttl keeps one leadership for the whole run. `clock/*` measures the reads of
-//! the monotonic clock the gate makes on a leader, and an atomic
-//! add-and-subtract pair (the admission count), for scale. This package does
+//! the monotonic clock (precise, and the kernel's coarse one the gate reads
+//! while the view's end is far), and an atomic add-and-subtract pair (the
+//! admission count), for scale. This package does
 //! not enable tokio's `test-util` (which slows `Instant::now`). See
 //! BENCHMARKS.md.
 
@@ -146,6 +147,10 @@ fn gate<M: Measurement + 'static>(c: &mut Criterion<M>) {
     let mut g = c.benchmark_group("clock");
     g.bench_function("std_instant_now", |b| b.iter(std::time::Instant::now));
     g.bench_function("tokio_instant_now", |b| b.iter(tokio::time::Instant::now));
+    // What the gate reads while the view's end is more than 250 ms away.
+    g.bench_function("coarse_monotonic", |b| {
+        b.iter(|| clock_gettime(ClockId::CLOCK_MONOTONIC_COARSE))
+    });
     // For scale: the admission count in and out, as the gate does it.
     let counter = std::sync::atomic::AtomicUsize::new(0);
     g.bench_function("atomic_add_sub_seqcst", |b| {

@@ -14,6 +14,7 @@ use arc_swap::ArcSwapOption;
 use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
 
+use crate::clock;
 use crate::lease::{Lease, Tenure};
 use crate::stats::Counters;
 use crate::status::Observed;
@@ -50,6 +51,9 @@ pub(crate) struct Group {
     view: AtomicU64,
     /// The token of the leadership `view` belongs to (stored before `view`).
     token: AtomicU64,
+    /// The view's fast deadline on the kernel's coarse clock (see
+    /// [`clock`]), 0 for none; stored before `view`, cleared before it.
+    fast_until: AtomicU64,
     /// The current leadership; `None` while not leader.
     current: ArcSwapOption<Tenure>,
     /// Ended leaderships that gated runs still in flight may ask for with
@@ -78,6 +82,7 @@ impl Group {
             base: Instant::now(),
             view: AtomicU64::new(0),
             token: AtomicU64::new(0),
+            fast_until: AtomicU64::new(0),
             current: ArcSwapOption::empty(),
             retired: Mutex::new(Vec::new()),
             admitting: AtomicBool::new(false),
@@ -95,6 +100,17 @@ impl Group {
     /// Local, lock-free: is the last confirmed lease certainly unexpired?
     #[inline]
     pub(crate) fn is_leader(&self) -> bool {
+        self.view.load(SeqCst) != 0 && self.view_holds()
+    }
+
+    /// Whether the view (if any) holds now: the coarse clock says so cheaply
+    /// while its end is well ahead; otherwise the precise clock decides.
+    /// Never true at or after `valid_until`: read the view, then the clock.
+    #[inline]
+    fn view_holds(&self) -> bool {
+        if clock::before_fast_deadline(self.fast_until.load(SeqCst)) {
+            return true;
+        }
         let view = self.view.load(SeqCst);
         view != 0 && self.now_ns() < view
     }
@@ -140,8 +156,10 @@ impl Group {
         if self.in_flight.load(SeqCst) == 0 {
             retired.clear();
         }
+        let fast_until = clock::fast_deadline(tenure.valid_until());
         self.token.store(tenure.token(), SeqCst);
         self.current.store(Some(tenure));
+        self.fast_until.store(fast_until, SeqCst);
         self.view.store(view, SeqCst);
         self.admitting.store(true, SeqCst);
     }
@@ -150,12 +168,15 @@ impl Group {
     pub(crate) fn extend(&self, tenure: &Tenure, valid_until: Instant) {
         tenure.extend(valid_until);
         if self.view.load(SeqCst) != 0 {
+            self.fast_until
+                .store(clock::fast_deadline(valid_until), SeqCst);
             self.view.store(self.ns(valid_until), SeqCst);
         }
     }
 
     /// End the view now (the tenure itself is ended by the caller).
     pub(crate) fn end(&self) {
+        self.fast_until.store(0, SeqCst);
         self.view.store(0, SeqCst);
         self.admitting.store(false, SeqCst);
         let mut retired = self.retired();
@@ -312,8 +333,9 @@ impl GroupRef {
     /// Admit one gated run if this instance leads, the view is valid now and
     /// the group is not draining. The gate's hot path: on a follower one
     /// atomic load; on a leader two atomic read-modify-writes (count in, and
-    /// out on drop), a few loads and one read of the monotonic clock. No
-    /// lock, no allocation, no reference count.
+    /// out on drop), a few loads and one read of the monotonic clock (the
+    /// kernel's coarse one, the precise one near the view's end: see
+    /// [`clock`]). No lock, no allocation, no reference count.
     #[inline]
     pub(crate) fn admit(self) -> Option<Admitted> {
         if self.view.load(Relaxed) == 0 {
@@ -331,12 +353,11 @@ impl GroupRef {
         if !group.admitting.load(SeqCst) {
             return None;
         }
-        // Never valid at or after `valid_until`: read the view, then the clock.
-        let view = group.view.load(SeqCst);
-        if group.now_ns() >= view {
+        if !group.view_holds() {
             return None;
         }
-        // Stored before the view, so at least as new as the view just read.
+        // Stored before the view (and its fast deadline), so at least as new
+        // as the view just read.
         let token = group.token.load(Acquire);
         admitted.token = token;
         Some(admitted)
@@ -401,9 +422,65 @@ pub(crate) fn run_sync_admitted<T>(admitted: Admitted, body: impl FnOnce() -> T)
 mod tests {
     use std::time::Duration;
 
-    use tokio::time::sleep;
+    use std::sync::atomic::Ordering::SeqCst;
+
+    use tokio::time::{sleep, Instant};
 
     use crate::{current_lease, Config, MemoryBackend, Runtime};
+
+    /// On tokio's real clock the gate takes the coarse clock's fast path
+    /// while the view's end is far, and still stops admitting on time.
+    #[tokio::test]
+    async fn on_the_real_clock_the_gate_stops_admitting_when_the_view_ends() {
+        let mem = MemoryBackend::new();
+        let a = Runtime::new(
+            Config::builder()
+                .memory(mem.clone())
+                .ttl(Duration::from_secs(1))
+                .renew_interval(Duration::from_millis(200))
+                .instance_id("a")
+                .build()
+                .unwrap(),
+        )
+        .unwrap();
+        assert!(a.run_if_leader("g", || async {}).await.is_some());
+        let group = a.group("g").unwrap();
+        assert_ne!(
+            group.fast_until.load(SeqCst),
+            0,
+            "a fast deadline on the real clock"
+        );
+        mem.set_available(false); // no more renewals: the view runs out
+        let (mut fast, mut last_valid_until) = (0, None);
+        loop {
+            let called = Instant::now();
+            let fast_before = group.fast_until.load(SeqCst);
+            let Some(valid_until) = a
+                .run_if_leader("g", || async { current_lease().unwrap().valid_until() })
+                .await
+            else {
+                break;
+            };
+            assert!(
+                called < valid_until,
+                "admitted {:?} after the view ended",
+                called - valid_until
+            );
+            if crate::clock::before_fast_deadline(fast_before) {
+                fast += 1;
+            }
+            last_valid_until = Some(valid_until);
+            tokio::task::yield_now().await;
+        }
+        let valid_until = last_valid_until.expect("admitted while the view held");
+        let late = Instant::now().saturating_duration_since(valid_until);
+        assert!(
+            late < Duration::from_millis(100),
+            "still admitting {late:?} after the view ended"
+        );
+        assert!(fast > 0, "never on the fast path");
+        a.shutdown().await;
+    }
 
     #[tokio::test(start_paused = true)]
     async fn a_body_keeps_the_lease_it_was_admitted_under_after_a_new_leadership() {

@@ -166,7 +166,10 @@
 //! sent* + `ttl` − drift margin. The server started the lease's expiry no
 //! earlier than that send, so the view ends before the lease can. It is a
 //! compare against the monotonic clock, so it turns false on time even if
-//! the election task is stuck in a slow call.
+//! the election task is stuck in a slow call. (While the view's end is more
+//! than 250 ms away, the gate reads the kernel's coarse monotonic clock,
+//! which costs a few nanoseconds instead of tens and lags by at most a timer
+//! tick; in the view's last 250 ms it reads the precise clock.)
 //!
 //! | what happens | what you get |
 //! | --- | --- |
@@ -299,7 +302,9 @@
 //! tokens, release notices) inside one process, on tokio's clock. Give one
 //! backend to several [`Runtime`]s to play several instances, run your gated
 //! functions under [`Runtime::scope`], and pause tokio's clock to test
-//! timings exactly. It can also fake an outage ([`MemoryBackend::set_available`]),
+//! timings exactly (pause it from the start, `#[tokio::test(start_paused =
+//! true)]`: a leadership that began on the running clock follows a paused
+//! one from its next renewal). It can also fake an outage ([`MemoryBackend::set_available`]),
 //! a data loss ([`MemoryBackend::flush`]) and an intruder
 //! ([`MemoryBackend::overwrite`]):
 //!
@@ -354,6 +359,7 @@
 )]
 
 mod backend;
+mod clock;
 mod config;
 #[cfg(feature = "cron")]
 pub mod cron;

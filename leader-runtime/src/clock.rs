@@ -1,0 +1,173 @@
+//! The clocks behind the gate's "is the view still valid now?".
+//!
+//! The view ends at an instant of tokio's clock (the election's clock, which
+//! paused-time tests drive). Reading it precisely costs a `CLOCK_MONOTONIC`
+//! read: 30–40 ns on a virtual machine, more than everything else the gate
+//! does. The kernel's `CLOCK_MONOTONIC_COARSE` is the same clock as of the
+//! last timer tick and reads in a few nanoseconds, but it lags: by up to one
+//! tick (1–10 ms) normally, longer only if the kernel's timekeeping itself
+//! stalls.
+//!
+//! So a view carries a second deadline, the fast one: the same end on the
+//! kernel's clock, minus [`COARSE_LAG`]. While the coarse clock is before it,
+//! the view certainly holds (unless the kernel's clock stalled for more than
+//! [`COARSE_LAG`] while this thread ran); in the last [`COARSE_LAG`] of a view
+//! (after renewals failed) the precise clock decides, to the nanosecond. A
+//! view gets no fast deadline when tokio's clock does not follow the kernel's
+//! (paused by `tokio::time::pause`), or on systems without a coarse clock.
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// How far behind the precise clock the coarse clock may be when the fast
+/// deadline is trusted: 25 ticks at 100 Hz, far beyond a tick's lag.
+pub(crate) const COARSE_LAG: Duration = Duration::from_millis(250);
+
+/// The coarsest coarse clock that is used at all.
+const COARSE_RESOLUTION_LIMIT: Duration = Duration::from_millis(10);
+
+/// The fast deadline of a view ending at `valid_until` (tokio's clock): the
+/// coarse clock's reading before which the view certainly holds, in
+/// nanoseconds; 0 for none.
+pub(crate) fn fast_deadline(valid_until: Instant) -> u64 {
+    if !coarse_usable() {
+        return 0;
+    }
+    let before = Instant::now();
+    let Some(kernel_now) = precise_ns() else {
+        return 0;
+    };
+    let after = Instant::now();
+    // A paused tokio clock stands still across a kernel clock read: its
+    // instants cannot be put on the kernel's clock.
+    if after <= before {
+        return 0;
+    }
+    // `kernel_now` was read before `after`: the kernel's clock at the end of
+    // the view is at least this (never later than the true end).
+    let remaining = valid_until.saturating_duration_since(after);
+    match remaining.checked_sub(COARSE_LAG) {
+        Some(ahead) => kernel_now.saturating_add(nanos(ahead)),
+        None => 0,
+    }
+}
+
+/// Whether the coarse clock is before `fast_deadline` (0: never).
+#[inline]
+pub(crate) fn before_fast_deadline(fast_deadline: u64) -> bool {
+    fast_deadline != 0 && coarse_ns() < fast_deadline
+}
+
+fn nanos(d: Duration) -> u64 {
+    d.as_secs()
+        .saturating_mul(1_000_000_000)
+        .saturating_add(u64::from(d.subsec_nanos()))
+}
+
+/// Whether this system has a coarse clock of the same origin as the precise
+/// one, fine enough to be worth it (checked once).
+fn coarse_usable() -> bool {
+    static USABLE: OnceLock<bool> = OnceLock::new();
+    *USABLE.get_or_init(|| {
+        let usable = sys::coarse_resolution().is_some_and(|r| r <= COARSE_RESOLUTION_LIMIT);
+        if !usable {
+            tracing::debug!("no usable coarse clock: the gate reads the precise clock");
+        }
+        usable
+    })
+}
+
+#[cfg(any(target_os = "linux", target_os = "android"))]
+mod sys {
+    use std::time::Duration;
+
+    use nix::time::{clock_getres, clock_gettime, ClockId};
+
+    pub(super) fn coarse_resolution() -> Option<Duration> {
+        clock_getres(ClockId::CLOCK_MONOTONIC_COARSE)
+            .ok()
+            .map(Duration::from)
+    }
+
+    /// `CLOCK_MONOTONIC_COARSE` in nanoseconds; `u64::MAX` (a reading after
+    /// every deadline) if it cannot be read.
+    #[inline]
+    pub(super) fn coarse_ns() -> u64 {
+        read(ClockId::CLOCK_MONOTONIC_COARSE).unwrap_or(u64::MAX)
+    }
+
+    /// `CLOCK_MONOTONIC` (what `std::time::Instant` reads) in nanoseconds.
+    pub(super) fn precise_ns() -> Option<u64> {
+        read(ClockId::CLOCK_MONOTONIC)
+    }
+
+    #[inline]
+    fn read(clock: ClockId) -> Option<u64> {
+        let t = clock_gettime(clock).ok()?;
+        let secs = u64::try_from(t.tv_sec()).ok()?;
+        let nanos = u64::try_from(t.tv_nsec()).ok()?;
+        Some(secs.saturating_mul(1_000_000_000).saturating_add(nanos))
+    }
+}
+
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+mod sys {
+    use std::time::Duration;
+
+    pub(super) fn coarse_resolution() -> Option<Duration> {
+        None
+    }
+
+    pub(super) fn coarse_ns() -> u64 {
+        u64::MAX
+    }
+
+    pub(super) fn precise_ns() -> Option<u64> {
+        None
+    }
+}
+
+use sys::{coarse_ns, precise_ns};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_coarse_clock_is_the_precise_one_as_of_the_last_tick() {
+        assert!(coarse_usable(), "Linux has CLOCK_MONOTONIC_COARSE");
+        for _ in 0..1000 {
+            let coarse = coarse_ns();
+            let precise = precise_ns().unwrap();
+            assert!(coarse <= precise, "coarse {coarse} after precise {precise}");
+            // One tick at most, with room for a preempted test thread.
+            let lag = Duration::from_nanos(precise - coarse);
+            assert!(lag < COARSE_LAG, "coarse clock {lag:?} behind");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_fast_deadline_ends_the_lag_before_the_view() {
+        let valid_until = Instant::now() + Duration::from_secs(10);
+        let fast = fast_deadline(valid_until);
+        let view_end = precise_ns().unwrap() + nanos(Duration::from_secs(10));
+        let lag = Duration::from_nanos(view_end - fast);
+        assert!(lag >= COARSE_LAG, "{lag:?}");
+        assert!(lag < COARSE_LAG + Duration::from_millis(100), "{lag:?}");
+        assert!(before_fast_deadline(fast));
+    }
+
+    #[tokio::test]
+    async fn a_view_within_the_lag_of_its_end_has_no_fast_deadline() {
+        assert_eq!(fast_deadline(Instant::now() + COARSE_LAG / 2), 0);
+        assert_eq!(fast_deadline(Instant::now()), 0);
+        assert!(!before_fast_deadline(0));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_paused_tokio_clock_gets_no_fast_deadline() {
+        assert_eq!(fast_deadline(Instant::now() + Duration::from_secs(10)), 0);
+    }
+}
