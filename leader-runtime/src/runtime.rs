@@ -213,7 +213,8 @@ impl Runtime {
     /// atomic compare against the clock, never a network call. The first call
     /// naming a group starts its election (and returns false).
     ///
-    /// An invalid group name is logged and answers false.
+    /// An invalid group name answers false; the first such call in the
+    /// process logs an error, later ones log at debug level.
     ///
     /// # Examples
     ///
@@ -233,7 +234,13 @@ impl Runtime {
         match self.group(group) {
             Ok(group) => group.is_leader(),
             Err(e) => {
-                tracing::error!(error = %e, "is_leader: not leader");
+                // Likely called in a loop: one error, then quieter.
+                static REPORTED: AtomicBool = AtomicBool::new(false);
+                if REPORTED.swap(true, Ordering::Relaxed) {
+                    tracing::debug!(error = %e, "is_leader: not leader");
+                } else {
+                    tracing::error!(error = %e, "is_leader: not leader (later calls log at debug)");
+                }
                 false
             }
         }

@@ -512,3 +512,51 @@ async fn cancel_on_loss_stops_the_body() {
     advance(Duration::from_millis(1)).await;
     assert!(!a.is_leader(G));
 }
+
+/// What a `tracing` subscriber writes, kept for a test to read.
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn is_leader_on_an_invalid_name_logs_one_error_then_debug() {
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::DEBUG)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    tracing::subscriber::with_default(subscriber, || {
+        let tokio = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        tokio.block_on(async {
+            let a = instance(&MemoryBackend::new(), "a");
+            for _ in 0..3 {
+                assert!(!a.is_leader("a b"));
+            }
+        });
+    });
+    let text = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let count = |level: &str| {
+        text.lines()
+            .filter(|l| l.contains(level) && l.contains("is_leader"))
+            .count()
+    };
+    // At most one error in the process (another test may have had it).
+    assert!(count("ERROR") <= 1, "{text}");
+    assert_eq!(count("ERROR") + count("DEBUG"), 3, "{text}");
+}
