@@ -18,9 +18,9 @@ fn clean() -> Vec<ProcessLog> {
                 "ready a 100 1000",
                 "elected 10 2000 1100",
                 "begin 10 1200",
-                "run 10 1200 1250",
+                "run 10 1190 1200 1250",
                 "renewed 10 3000 1500",
-                "run 10 2500 2600",
+                "run 10 2490 2500 2600",
                 "lost 10 shutdown 2700",
                 "exit 2800",
             ],
@@ -31,7 +31,7 @@ fn clean() -> Vec<ProcessLog> {
                 "ready b 101 1000",
                 "some unrelated output",
                 "elected 11 3800 2750",
-                "run 11 2800 2850",
+                "run 11 2790 2800 2850",
                 "write 11 1 ok 2810 2820",
             ],
         ),
@@ -142,10 +142,10 @@ fn catches_an_overlap_hidden_behind_a_short_window() {
 #[test]
 fn catches_a_run_outside_its_window() {
     for run in [
-        "run 1 900 950",   // before the elected line
-        "run 1 3000 3100", // at the end of the view
-        "run 1 3500 3600", // after it
-        "run 9 1500 1600", // under a token this process never held
+        "run 1 890 900 950",    // before the elected line
+        "run 1 3000 3000 3100", // called at the end of the view
+        "run 1 3500 3500 3600", // after it
+        "run 9 1500 1500 1600", // under a token this process never held
     ] {
         let h = History::from_logs(&[log(
             "a",
@@ -160,6 +160,21 @@ fn catches_a_run_outside_its_window() {
 }
 
 #[test]
+fn a_run_called_inside_its_window_may_start_after_it() {
+    // Called at 2990, admitted by the gate before the view ended at 3000,
+    // its body read the clock only at 3005 (the process was preempted).
+    let h = History::from_logs(&[log(
+        "a",
+        &[
+            "elected 1 2000 1000",
+            "renewed 1 3000 1500",
+            "run 1 2990 3005 3100",
+        ],
+    )]);
+    assert!(h.check().is_empty(), "{:?}", h.check());
+}
+
+#[test]
 fn catches_a_run_after_a_loss() {
     // Superseded at 1600: a run starting at 1700 is outside, although the
     // last valid_until (3000) is later.
@@ -169,7 +184,7 @@ fn catches_a_run_after_a_loss() {
             "elected 1 2000 1000",
             "renewed 1 3000 1500",
             "lost 1 superseded 1600",
-            "run 1 1700 1800",
+            "run 1 1700 1700 1800",
         ],
     )]);
     assert!(matches!(

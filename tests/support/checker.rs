@@ -19,7 +19,10 @@
 //!
 //! Safety, per group (each fleet elects one group):
 //! - no two windows overlap, across all processes;
-//! - every gated run starts inside the window of its own process and token;
+//! - every gated run starts inside the window of its own process and token
+//!   (the gate admits it between the `called` and `start` of its `run`
+//!   line: it is outside for certain if its body started before the window
+//!   began, or it was called only after the window had ended);
 //! - tokens strictly grow from one leadership to the next.
 //!
 //! Liveness: [`History::failover_after`] is how long after an instant the
@@ -78,6 +81,7 @@ pub enum Line {
     },
     Run {
         token: u64,
+        called: u64,
         start: u64,
         end: u64,
     },
@@ -155,6 +159,7 @@ pub fn parse_line(line: &str) -> Option<Line> {
         },
         "run" => Line::Run {
             token: num(w.next())?,
+            called: num(w.next())?,
             start: num(w.next())?,
             end: num(w.next())?,
         },
@@ -191,6 +196,9 @@ pub struct Window {
 pub struct Run {
     pub process: String,
     pub token: u64,
+    /// When the gated function was called (the gate admitted it after this).
+    pub called: u64,
+    /// The body's first reading of the clock (the gate admitted it before this).
     pub start: u64,
     pub end: u64,
 }
@@ -317,9 +325,15 @@ impl History {
                             history.malformed.push(malformed("lost without its window"));
                         }
                     },
-                    Line::Run { token, start, end } => history.runs.push(Run {
+                    Line::Run {
+                        token,
+                        called,
+                        start,
+                        end,
+                    } => history.runs.push(Run {
                         process: log.name.clone(),
                         token,
+                        called,
                         start,
                         end,
                     }),
@@ -381,7 +395,11 @@ impl History {
             .collect();
         for run in &self.runs {
             let window = by_key.get(&(run.process.as_str(), run.token));
-            let inside = window.is_some_and(|w| w.start <= run.start && run.start < w.end);
+            // The gate admitted the run between `called` and `start` (its
+            // body's first reading of the clock): outside the window for
+            // certain if it started before the window began, or was called
+            // only after the window had ended.
+            let inside = window.is_some_and(|w| w.start <= run.start && run.called < w.end);
             if !inside {
                 found.push(Violation::RunOutsideWindow {
                     run: run.clone(),
