@@ -60,7 +60,9 @@ pub(crate) fn before_fast_deadline(fast_deadline: u64) -> bool {
     fast_deadline != 0 && coarse_ns() < fast_deadline
 }
 
-fn nanos(d: Duration) -> u64 {
+/// `d` in nanoseconds, saturating.
+#[inline]
+pub(crate) fn nanos(d: Duration) -> u64 {
     d.as_secs()
         .saturating_mul(1_000_000_000)
         .saturating_add(u64::from(d.subsec_nanos()))

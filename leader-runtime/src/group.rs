@@ -124,10 +124,7 @@ impl Group {
 
     #[inline]
     fn ns(&self, t: Instant) -> u64 {
-        let d = t.saturating_duration_since(self.base);
-        d.as_secs()
-            .saturating_mul(1_000_000_000)
-            .saturating_add(u64::from(d.subsec_nanos()))
+        clock::nanos(t.saturating_duration_since(self.base))
     }
 
     fn retired(&self) -> MutexGuard<'_, Vec<Arc<Tenure>>> {
