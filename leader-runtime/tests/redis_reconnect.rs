@@ -83,26 +83,12 @@ async fn a_leader_notices_a_restarted_redis_before_its_next_renewal() {
     .unwrap();
     let mut events = rt.subscribe();
     assert!(!rt.is_leader(G));
-    let first = timeout(ttl * 4, async {
-        loop {
-            if let Event::Elected { .. } = events.recv().await.unwrap() {
-                return;
-            }
-        }
-    })
-    .await;
-    assert!(first.is_ok(), "never elected");
+    let first = next_event(&mut events, ttl * 4, |e| matches!(e, Event::Elected { .. })).await;
+    assert!(first, "never elected");
     // Right after a renewal, Redis restarts empty (lease, token counter,
     // scripts gone).
-    let renewed = timeout(ttl * 2, async {
-        loop {
-            if let Event::Renewed { .. } = events.recv().await.unwrap() {
-                return;
-            }
-        }
-    })
-    .await;
-    assert!(renewed.is_ok(), "never renewed");
+    let renewed = next_event(&mut events, ttl * 2, |e| matches!(e, Event::Renewed { .. })).await;
+    assert!(renewed, "never renewed");
     server.restart().await.unwrap();
     let back = Instant::now();
     // The leader learns it at once (the release-notice connection dropped
@@ -132,4 +118,17 @@ async fn a_leader_notices_a_restarted_redis_before_its_next_renewal() {
         "leader again {elected:?} after Redis was back"
     );
     rt.shutdown().await;
+}
+
+/// Whether an event matching `wanted` arrives within `limit`.
+async fn next_event(
+    events: &mut tokio::sync::broadcast::Receiver<Event>,
+    limit: Duration,
+    wanted: impl Fn(&Event) -> bool,
+) -> bool {
+    timeout(limit, async {
+        while !wanted(&events.recv().await.unwrap()) {}
+    })
+    .await
+    .is_ok()
 }

@@ -221,6 +221,23 @@ async fn step_down_hands_over_in_one_round_and_cools_down() {
     assert!(b.is_leader(G) && !a.is_leader(G));
 }
 
+/// The next two transitions are a step-down and a new leadership.
+async fn stepped_down_then_elected(events: &mut broadcast::Receiver<Event>) {
+    let lost = next_transition(events).await;
+    assert!(
+        matches!(
+            lost,
+            Event::Lost {
+                reason: LostReason::SteppedDown,
+                ..
+            }
+        ),
+        "{lost:?}"
+    );
+    let elected = next_transition(events).await;
+    assert!(matches!(elected, Event::Elected { .. }), "{elected:?}");
+}
+
 #[tokio::test(start_paused = true)]
 async fn step_down_alone_takes_the_lease_back_after_one_ttl() {
     let mem = MemoryBackend::new();
@@ -229,16 +246,7 @@ async fn step_down_alone_takes_the_lease_back_after_one_ttl() {
     let mut events = a.subscribe();
     let before = Instant::now();
     a.step_down(G).await.unwrap();
-    let Event::Lost {
-        reason: LostReason::SteppedDown,
-        ..
-    } = next_transition(&mut events).await
-    else {
-        panic!()
-    };
-    let Event::Elected { .. } = next_transition(&mut events).await else {
-        panic!()
-    };
+    stepped_down_then_elected(&mut events).await;
     assert_eq!(Instant::now() - before, TTL);
 }
 
@@ -256,16 +264,7 @@ async fn a_wake_up_stored_while_leading_does_not_cut_the_cooldown_short() {
     assert!(futures_util::FutureExt::now_or_never(step_down.as_mut()).is_none());
     a.group(G).unwrap().released.notify_one();
     step_down.await.unwrap();
-    let Event::Lost {
-        reason: LostReason::SteppedDown,
-        ..
-    } = next_transition(&mut events).await
-    else {
-        panic!()
-    };
-    let Event::Elected { .. } = next_transition(&mut events).await else {
-        panic!()
-    };
+    stepped_down_then_elected(&mut events).await;
     assert_eq!(Instant::now() - before, TTL, "the cooldown ran its course");
 }
 
