@@ -136,6 +136,21 @@ async fn stop(mut child: ChildProcess) {
     let _ = child.wait_timeout(Duration::from_secs(60)).await;
 }
 
+/// When the instance reported every group's first round done, and every
+/// group led (`CLOCK_MONOTONIC` ns).
+async fn ready_and_elected(child: &ChildProcess, limit: Duration) -> (u64, u64) {
+    let mut at = [0; 2];
+    for (slot, prefix) in at.iter_mut().zip(["all_ready", "all_elected"]) {
+        let line = child
+            .stdout()
+            .wait_for(|l| l.starts_with(prefix), limit)
+            .await
+            .unwrap_or_else(|e| panic!("no {prefix} line: {e}"));
+        *slot = ns_of(&line);
+    }
+    (at[0], at[1])
+}
+
 async fn fleet(args: &[String]) {
     let groups: usize = flag_or(args, "--groups", 1);
     let instances: usize = flag_or(args, "--instances", 3);
@@ -254,20 +269,7 @@ async fn many(args: &[String]) {
     // First start ever: no token counters (safe start waits one ttl).
     let t0 = monotonic_now_ns();
     let child = start(&a, limit).await;
-    let ready = ns_of(
-        &child
-            .stdout()
-            .wait_for(|l| l.starts_with("all_ready"), limit)
-            .await
-            .expect("ready"),
-    );
-    let elected = ns_of(
-        &child
-            .stdout()
-            .wait_for(|l| l.starts_with("all_elected"), limit)
-            .await
-            .expect("elected"),
-    );
+    let (ready, elected) = ready_and_elected(&child, limit).await;
     println!(
         "first start (empty Redis): every first round done {:.0} ms after spawn; every group led after {:.0} ms (safe start: one ttl after acquisition)",
         (ready - t0) as f64 / 1e6,
@@ -282,20 +284,7 @@ async fn many(args: &[String]) {
     // Restart: token counters exist, leases released.
     let t0 = monotonic_now_ns();
     let mut child = start(&a, limit).await;
-    let ready = ns_of(
-        &child
-            .stdout()
-            .wait_for(|l| l.starts_with("all_ready"), limit)
-            .await
-            .expect("ready"),
-    );
-    let elected = ns_of(
-        &child
-            .stdout()
-            .wait_for(|l| l.starts_with("all_elected"), limit)
-            .await
-            .expect("elected"),
-    );
+    let (ready, elected) = ready_and_elected(&child, limit).await;
     println!(
         "restart: every first round done {:.0} ms after spawn; every group led {:.0} ms after spawn (target: 5000 ms)",
         (ready - t0) as f64 / 1e6,
