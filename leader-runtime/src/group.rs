@@ -417,9 +417,8 @@ pub(crate) fn run_sync_admitted<T>(admitted: Admitted, body: impl FnOnce() -> T)
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use std::sync::atomic::Ordering::SeqCst;
+    use std::time::Duration;
 
     use tokio::time::{sleep, Instant};
 

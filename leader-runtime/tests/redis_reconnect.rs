@@ -15,21 +15,26 @@ const G: &str = "jobs";
 const TTL: Duration = Duration::from_millis(500);
 const RETRY: Duration = Duration::from_millis(50);
 
-#[tokio::test]
-async fn failed_calls_fail_fast_and_retries_follow_retry_interval() {
-    let mut server = RedisServer::start().await.unwrap();
-    server.kill().await.unwrap(); // the port now refuses connections
-    let rt = Runtime::new(
+/// One instance on `server`, retrying every `RETRY`.
+fn runtime(server: &RedisServer, ttl: Duration, renew: Duration) -> Runtime {
+    Runtime::new(
         Config::builder()
             .redis_url(server.url())
-            .ttl(TTL)
-            .renew_interval(Duration::from_millis(100))
+            .ttl(ttl)
+            .renew_interval(renew)
             .retry_interval(RETRY)
             .instance_id("a")
             .build()
             .unwrap(),
     )
-    .unwrap();
+    .unwrap()
+}
+
+#[tokio::test]
+async fn failed_calls_fail_fast_and_retries_follow_retry_interval() {
+    let mut server = RedisServer::start().await.unwrap();
+    server.kill().await.unwrap(); // the port now refuses connections
+    let rt = runtime(&server, TTL, Duration::from_millis(100));
     let mut events = rt.subscribe();
     assert!(!rt.is_leader(G)); // starts the election
     let down = Duration::from_secs(1);
@@ -70,17 +75,7 @@ async fn a_leader_notices_a_restarted_redis_before_its_next_renewal() {
     // A long renew interval: the next renewal is at least 600 ms away (the
     // renewal grid moves it back by less than one 200 ms step).
     let renew = Duration::from_millis(800);
-    let rt = Runtime::new(
-        Config::builder()
-            .redis_url(server.url())
-            .ttl(ttl)
-            .renew_interval(renew)
-            .retry_interval(RETRY)
-            .instance_id("a")
-            .build()
-            .unwrap(),
-    )
-    .unwrap();
+    let rt = runtime(&server, ttl, renew);
     let mut events = rt.subscribe();
     assert!(!rt.is_leader(G));
     let first = next_event(&mut events, ttl * 4, |e| matches!(e, Event::Elected { .. })).await;
