@@ -85,32 +85,31 @@ fn coarse_usable() -> bool {
 mod sys {
     use std::time::Duration;
 
-    use nix::time::{clock_getres, clock_gettime, ClockId};
+    use rustix::time::{clock_getres, clock_gettime, ClockId, Timespec};
 
     pub(super) fn coarse_resolution() -> Option<Duration> {
-        clock_getres(ClockId::CLOCK_MONOTONIC_COARSE)
-            .ok()
-            .map(Duration::from)
+        duration(clock_getres(ClockId::MonotonicCoarse))
     }
 
     /// `CLOCK_MONOTONIC_COARSE` in nanoseconds; `u64::MAX` (a reading after
-    /// every deadline) if it cannot be read.
+    /// every deadline) if it is out of range.
     #[inline]
     pub(super) fn coarse_ns() -> u64 {
-        read(ClockId::CLOCK_MONOTONIC_COARSE).unwrap_or(u64::MAX)
+        duration(clock_gettime(ClockId::MonotonicCoarse)).map_or(u64::MAX, super::nanos)
     }
 
     /// `CLOCK_MONOTONIC` (what `std::time::Instant` reads) in nanoseconds.
     pub(super) fn precise_ns() -> Option<u64> {
-        read(ClockId::CLOCK_MONOTONIC)
+        duration(clock_gettime(ClockId::Monotonic)).map(super::nanos)
     }
 
     #[inline]
-    fn read(clock: ClockId) -> Option<u64> {
-        let t = clock_gettime(clock).ok()?;
-        let secs = u64::try_from(t.tv_sec()).ok()?;
-        let nanos = u64::try_from(t.tv_nsec()).ok()?;
-        Some(secs.saturating_mul(1_000_000_000).saturating_add(nanos))
+    fn duration(t: Timespec) -> Option<Duration> {
+        let secs = u64::try_from(t.tv_sec).ok()?;
+        let nanos = u32::try_from(t.tv_nsec)
+            .ok()
+            .filter(|n| *n < 1_000_000_000)?;
+        Some(Duration::new(secs, nanos))
     }
 }
 

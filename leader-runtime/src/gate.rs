@@ -1,12 +1,15 @@
 //! Gated calls: what `#[leader_only]` expands to calls into.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
+use std::task::{Context, Poll};
 
-use futures_util::future::{ready, Either, FutureExt};
+use pin_project_lite::pin_project;
 
+use crate::current::Handle;
 use crate::global;
-use crate::group::{run_admitted, run_sync_admitted, scope, Group, GroupRef};
+use crate::group::{admit, run_admitted, Group};
 
 /// One per gated call site (a `static`): the group and its cached handle.
 pub struct CallSite {
@@ -27,9 +30,9 @@ impl CallSite {
 
     /// The cached group when the current runtime is the cached one.
     #[inline]
-    fn cached(&'static self) -> Option<&'static Group> {
+    fn cached(&'static self) -> Option<&'static Arc<Group>> {
         let (runtime_id, group) = self.cache.get()?;
-        (global::current_id()? == *runtime_id).then_some(&**group)
+        (global::current_id()? == *runtime_id).then_some(group)
     }
 
     /// Look the group up in the current runtime (registering it and waiting
@@ -54,8 +57,7 @@ impl CallSite {
         cancel_on_loss: bool,
         body: F,
     ) -> Option<F::Output> {
-        let admitted = GroupRef::Shared(self.lookup().await?).admit()?;
-        run_admitted(admitted, cancel_on_loss, body).await
+        run_admitted(admit(self.lookup().await?)?, cancel_on_loss, body).await
     }
 
     fn lookup_sync(&'static self) -> Option<Arc<Group>> {
@@ -77,9 +79,13 @@ impl CallSite {
 ///
 /// The admission is decided when this is called (the expansion awaits it at
 /// once). On the cached path the returned future is the body in its
-/// task-local scope, nothing more; the first call of a site (or a call from
+/// admission's scope, nothing more; the first call of a site (or a call from
 /// another runtime than the cached one) and `cancel_on_loss` bodies run in a
 /// boxed future, so that their larger state does not weigh on the common path.
+// Always inlined into the gated function: out of line, the returned future
+// went through memory and was dropped by a separate call, 12 ns of a 25 ns
+// budget in the gate bench (BENCHMARKS.md).
+#[inline(always)]
 pub fn gate_async<T, F>(
     site: &'static CallSite,
     cancel_on_loss: bool,
@@ -88,17 +94,54 @@ pub fn gate_async<T, F>(
 where
     F: Future<Output = T>,
 {
-    match site.cached().map(|group| GroupRef::Static(group).admit()) {
-        Some(Some(admitted)) if !cancel_on_loss => {
-            Either::Left(Either::Left(scope(admitted, body).map(Some)))
+    let Some(group) = site.cached() else {
+        return Gated::Lookup {
+            body: Box::pin(site.lookup_and_run(cancel_on_loss, body)),
+        };
+    };
+    match admit(&**group) {
+        None => Gated::NotLeader,
+        Some(admitted) if !cancel_on_loss => Gated::Run {
+            body: Handle::scope(admitted, body),
+        },
+        Some(admitted) => Gated::CancelOnLoss {
+            body: Box::pin(run_admitted(admitted, true, body)),
+        },
+    }
+}
+
+pin_project! {
+    /// What [`gate_async`] returns: one flat future, so that a poll on the
+    /// common path is one match and the body's own poll.
+    #[project = GatedProj]
+    enum Gated<R, C, L> {
+        /// Admitted on the cached path: the body in its scope.
+        Run { #[pin] body: R },
+        /// Not admitted.
+        NotLeader,
+        /// Admitted, and cancelled if the leadership ends first.
+        CancelOnLoss { body: Pin<Box<C>> },
+        /// The first call of the site, or from another runtime.
+        Lookup { body: Pin<Box<L>> },
+    }
+}
+
+impl<T, R, C, L> Future for Gated<R, C, L>
+where
+    R: Future<Output = T>,
+    C: Future<Output = Option<T>>,
+    L: Future<Output = Option<T>>,
+{
+    type Output = Option<T>;
+
+    #[inline]
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<T>> {
+        match self.project() {
+            GatedProj::Run { body } => body.poll(cx).map(Some),
+            GatedProj::NotLeader => Poll::Ready(None),
+            GatedProj::CancelOnLoss { body } => body.as_mut().poll(cx),
+            GatedProj::Lookup { body } => body.as_mut().poll(cx),
         }
-        Some(None) => Either::Left(Either::Right(ready(None))),
-        Some(Some(admitted)) => {
-            Either::Right(Either::Left(Box::pin(run_admitted(admitted, true, body))))
-        }
-        None => Either::Right(Either::Right(Box::pin(
-            site.lookup_and_run(cancel_on_loss, body),
-        ))),
     }
 }
 
@@ -109,9 +152,8 @@ pub fn gate_sync<T, F>(site: &'static CallSite, body: F) -> Option<T>
 where
     F: FnOnce() -> T,
 {
-    let admitted = match site.cached() {
-        Some(group) => GroupRef::Static(group).admit()?,
-        None => GroupRef::Shared(site.lookup_sync()?).admit()?,
-    };
-    Some(run_sync_admitted(admitted, body))
+    match site.cached() {
+        Some(group) => Some(Handle::scope_sync(admit(&**group)?, body)),
+        None => Some(Handle::scope_sync(admit(site.lookup_sync()?)?, body)),
+    }
 }

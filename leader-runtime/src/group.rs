@@ -15,23 +15,11 @@ use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
 
 use crate::clock;
+use crate::current::Handle;
 use crate::lease::{Lease, Tenure};
 use crate::stats::Counters;
 use crate::status::Observed;
 use crate::Result;
-
-tokio::task_local! {
-    /// The admission of the gated body running on this task.
-    static CURRENT_LEASE: Admitted;
-}
-
-/// The lease of the gated body running on this task, if any.
-pub(crate) fn current_lease() -> Option<Lease> {
-    CURRENT_LEASE
-        .try_with(|admitted| admitted.group.lease(admitted.token))
-        .ok()
-        .flatten()
-}
 
 /// A request to a group's election task.
 pub(crate) enum Command {
@@ -133,7 +121,7 @@ impl Group {
 
     /// The lease of the leadership with `token`: the current one, or an ended
     /// one a gated run still in flight was admitted under.
-    fn lease(&self, token: u64) -> Option<Lease> {
+    pub(crate) fn lease(&self, token: u64) -> Option<Lease> {
         let retired = self.retired();
         let current = self.current.load_full().filter(|t| t.token() == token);
         current
@@ -212,8 +200,13 @@ impl Group {
         cancel_on_loss: bool,
         body: F,
     ) -> Option<F::Output> {
-        let admitted = GroupRef::Shared(self.clone()).admit()?;
-        run_admitted(admitted, cancel_on_loss, body).await
+        run_admitted(admit(self.clone())?, cancel_on_loss, body).await
+    }
+
+    /// How many gated runs are in flight.
+    #[cfg(test)]
+    pub(crate) fn in_flight(&self) -> usize {
+        self.in_flight.load(SeqCst)
     }
 
     pub(crate) fn mark_first_round(&self) {
@@ -307,69 +300,45 @@ impl Drop for MailboxRx {
     }
 }
 
-/// A group as the gate holds it: borrowed from a call site's cache (no
-/// reference count to touch), or shared.
-pub(crate) enum GroupRef {
-    Static(&'static Group),
-    Shared(Arc<Group>),
-}
-
-impl Deref for GroupRef {
-    type Target = Group;
-
-    #[inline]
-    fn deref(&self) -> &Group {
-        match self {
-            GroupRef::Static(group) => group,
-            GroupRef::Shared(group) => group,
-        }
+/// Admit one gated run if this instance leads `group`, the view is valid now
+/// and the group is not draining. The gate's hot path: on a follower one
+/// atomic load; on a leader two atomic read-modify-writes (count in, and out
+/// on drop), a few loads and one read of the monotonic clock (the kernel's
+/// coarse one, the precise one near the view's end: see [`clock`]). No lock,
+/// no allocation, and with a call site's `&'static Group` no reference count.
+#[inline]
+pub(crate) fn admit<G: Deref<Target = Group>>(group: G) -> Option<Admitted<G>> {
+    if group.view.load(Relaxed) == 0 {
+        return None; // not leader: no clock read
     }
-}
-
-impl GroupRef {
-    /// Admit one gated run if this instance leads, the view is valid now and
-    /// the group is not draining. The gate's hot path: on a follower one
-    /// atomic load; on a leader two atomic read-modify-writes (count in, and
-    /// out on drop), a few loads and one read of the monotonic clock (the
-    /// kernel's coarse one, the precise one near the view's end: see
-    /// [`clock`]). No lock, no allocation, no reference count.
-    #[inline]
-    pub(crate) fn admit(self) -> Option<Admitted> {
-        if self.view.load(Relaxed) == 0 {
-            return None; // not leader: no clock read
-        }
-        // Count first, then check: a drain that stopped admitting before our
-        // check waits for us; one that stopped it after sees us.
-        self.in_flight.fetch_add(1, SeqCst);
-        let mut admitted = Admitted {
-            group: self,
-            token: 0,
-        };
-        // Dropping `admitted` undoes the count.
-        let group = &*admitted.group;
-        if !group.admitting.load(SeqCst) {
-            return None;
-        }
-        if !group.view_holds() {
-            return None;
-        }
-        // Stored before the view (and its fast deadline), so at least as new
-        // as the view just read.
-        let token = group.token.load(Acquire);
-        admitted.token = token;
-        Some(admitted)
+    // Count first, then check: a drain that stopped admitting before our
+    // check waits for us; one that stopped it after sees us.
+    group.in_flight.fetch_add(1, SeqCst);
+    let mut admitted = Admitted { group, token: 0 };
+    // Dropping `admitted` undoes the count.
+    let group = &*admitted.group;
+    if !group.admitting.load(SeqCst) {
+        return None;
     }
+    if !group.view_holds() {
+        return None;
+    }
+    // Stored before the view (and its fast deadline), so at least as new
+    // as the view just read.
+    admitted.token = group.token.load(Acquire);
+    Some(admitted)
 }
 
-/// A gated run in flight, admitted under the leadership with `token`. It is
-/// the body's task-local (how `current_lease` finds its lease), and dropping
-/// it lets a drain proceed.
-pub(crate) struct Admitted {
-    group: GroupRef,
-    token: u64,
+/// A gated run in flight in `group` (a call site's `&'static Group` or an
+/// `Arc<Group>`), admitted under the leadership with `token`. The body runs
+/// in its scope (how `current_lease` finds its lease: see
+/// [`current`](crate::current)), and dropping it lets a drain proceed.
+pub(crate) struct Admitted<G: Deref<Target = Group>> {
+    pub(crate) group: G,
+    pub(crate) token: u64,
 }
 
-impl Drop for Admitted {
+impl<G: Deref<Target = Group>> Drop for Admitted<G> {
     #[inline]
     fn drop(&mut self) {
         let group = &*self.group;
@@ -381,24 +350,18 @@ impl Drop for Admitted {
     }
 }
 
-/// The body, with `admitted` as its task-local (see [`current_lease`]).
-#[inline]
-pub(crate) fn scope<F: Future>(admitted: Admitted, body: F) -> impl Future<Output = F::Output> {
-    CURRENT_LEASE.scope(admitted, body)
-}
-
 /// Run an async gated body under `admitted`: `None` when `cancel_on_loss`
 /// and the leadership ended before the body finished.
-pub(crate) async fn run_admitted<F: Future>(
-    admitted: Admitted,
+pub(crate) async fn run_admitted<G: Handle, F: Future>(
+    admitted: Admitted<G>,
     cancel_on_loss: bool,
     body: F,
 ) -> Option<F::Output> {
     if !cancel_on_loss {
-        return Some(CURRENT_LEASE.scope(admitted, body).await);
+        return Some(G::scope(admitted, body).await);
     }
     let lease = admitted.group.lease(admitted.token)?;
-    let body = CURRENT_LEASE.scope(admitted, body);
+    let body = G::scope(admitted, body);
     tokio::select! {
         biased;
         out = body => Some(out),
@@ -407,12 +370,6 @@ pub(crate) async fn run_admitted<F: Future>(
             None
         }
     }
-}
-
-/// Run a sync gated body under `admitted`.
-#[inline]
-pub(crate) fn run_sync_admitted<T>(admitted: Admitted, body: impl FnOnce() -> T) -> T {
-    CURRENT_LEASE.sync_scope(admitted, body)
 }
 
 #[cfg(test)]

@@ -363,6 +363,7 @@ mod clock;
 mod config;
 #[cfg(feature = "cron")]
 pub mod cron;
+mod current;
 mod election;
 mod error;
 mod events;
@@ -489,7 +490,7 @@ pub async fn step_down(group: &str) -> Result<()> {
 /// }
 /// ```
 pub fn current_lease() -> Option<Lease> {
-    group::current_lease()
+    current::current_lease()
 }
 
 /// Counters of `group` on the current runtime; `None` if never used.

@@ -388,7 +388,7 @@ impl Runtime {
     /// # }
     /// ```
     pub fn current_lease(&self) -> Option<Lease> {
-        group::current_lease()
+        crate::current::current_lease()
     }
 
     /// Counters of `group` on this instance; `None` if the group was never used.
