@@ -85,14 +85,20 @@ fn coarse_usable() -> bool {
 mod sys {
     use std::time::Duration;
 
-    use rustix::time::{clock_getres, clock_gettime, ClockId, Timespec};
+    use rustix::time::{clock_getres, clock_gettime, clock_gettime_dynamic};
+    use rustix::time::{ClockId, DynamicClockId, Timespec};
 
+    /// The coarse clock's resolution; `None` when the kernel lacks it (the
+    /// fallible read first: rustix's infallible calls would panic).
     pub(super) fn coarse_resolution() -> Option<Duration> {
+        clock_gettime_dynamic(DynamicClockId::Known(ClockId::MonotonicCoarse)).ok()?;
         duration(clock_getres(ClockId::MonotonicCoarse))
     }
 
     /// `CLOCK_MONOTONIC_COARSE` in nanoseconds; `u64::MAX` (a reading after
-    /// every deadline) if it is out of range.
+    /// every deadline) if it is out of range. Read only once
+    /// [`coarse_resolution`] found the clock (a view has no fast deadline
+    /// otherwise).
     #[inline]
     pub(super) fn coarse_ns() -> u64 {
         duration(clock_gettime(ClockId::MonotonicCoarse)).map_or(u64::MAX, super::nanos)
@@ -100,7 +106,8 @@ mod sys {
 
     /// `CLOCK_MONOTONIC` (what `std::time::Instant` reads) in nanoseconds.
     pub(super) fn precise_ns() -> Option<u64> {
-        duration(clock_gettime(ClockId::Monotonic)).map(super::nanos)
+        let now = clock_gettime_dynamic(DynamicClockId::Known(ClockId::Monotonic)).ok()?;
+        duration(now).map(super::nanos)
     }
 
     #[inline]

@@ -1,19 +1,25 @@
 //! Which gated run the running code belongs to: what
 //! [`current_lease`](crate::current_lease) answers.
 //!
-//! A gated body runs inside the scope of its admission. The gate's hot path
-//! admits through a call site's cached group, a `&'static Group`: that
-//! admission fits in a `Copy` thread-local, which each poll of the body sets
-//! and restores in a few instructions (a tokio task-local keeps a
-//! `RefCell<Option<T>>` with a destructor, several times the cost, and the
-//! gate's whole budget is 25 ns). An admission through a shared group handle
-//! (the first call of a site, another runtime than the cached one,
-//! `Runtime::run_if_leader`) keeps its `Arc<Group>` in a tokio task-local;
-//! the thread-local then says to look there. Either way the innermost scope
-//! decides, as nested gated calls expect.
+//! A gated body runs inside the scope of its admission: while it is polled,
+//! called, or dropped. The gate's hot path admits through a call site's
+//! cached group, a `&'static Group`: that admission fits in a `Copy`
+//! thread-local, which the scope sets and restores in a few instructions (a
+//! tokio task-local keeps a `RefCell<Option<T>>` with a destructor, several
+//! times the cost, and the gate's whole budget is 25 ns). An admission
+//! through a shared group handle (the first call of a site, another runtime
+//! than the cached one, `Runtime::run_if_leader`) lives in a tokio
+//! task-local; the thread-local then says to look there. Either way the
+//! innermost scope decides, as nested gated calls expect.
+//!
+//! The admission is dropped (and the run stops counting as in flight, which
+//! a drain waits for before it releases the lease) only after the body: a
+//! body cancelled mid-run has run its destructors, inside its scope, before
+//! the lease can go.
 
 use std::cell::Cell;
 use std::future::Future;
+use std::mem;
 use std::ops::Deref;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -26,7 +32,7 @@ use crate::lease::Lease;
 
 /// The gated run on this thread, as far as `current_lease` needs it.
 #[derive(Clone, Copy)]
-pub(crate) enum Current {
+enum Current {
     /// None.
     Outside,
     /// Admitted through a call site's cached group, under the leadership
@@ -41,8 +47,8 @@ thread_local! {
 }
 
 tokio::task_local! {
-    /// The group and token of a run admitted through a shared handle.
-    static SHARED: (Arc<Group>, u64);
+    /// The admission of a run through a shared handle.
+    static SHARED: Admitted<Arc<Group>>;
 }
 
 /// The lease of the gated body running here, if any.
@@ -51,7 +57,7 @@ pub(crate) fn current_lease() -> Option<Lease> {
         Current::Outside => None,
         Current::Cached(group, token) => group.lease(token),
         Current::Shared => SHARED
-            .try_with(|(group, token)| group.lease(*token))
+            .try_with(|admitted| admitted.group.lease(admitted.token))
             .ok()
             .flatten(),
     }
@@ -77,9 +83,6 @@ impl Drop for Enter {
 
 /// A group handle an admission can hold, and how a body enters its scope.
 pub(crate) trait Handle: Deref<Target = Group> + Sized {
-    /// What `current_lease` finds inside the scope of `admitted`.
-    fn current(admitted: &Admitted<Self>) -> Current;
-
     /// The async body `body`, in the scope of `admitted`.
     fn scope<F: Future>(admitted: Admitted<Self>, body: F) -> impl Future<Output = F::Output>;
 
@@ -90,78 +93,112 @@ pub(crate) trait Handle: Deref<Target = Group> + Sized {
 /// A call site's cached group: the scope is the thread-local alone.
 impl Handle for &'static Group {
     #[inline]
-    fn current(admitted: &Admitted<Self>) -> Current {
-        Current::Cached(admitted.group, admitted.token)
-    }
-
-    #[inline]
     fn scope<F: Future>(admitted: Admitted<Self>, body: F) -> impl Future<Output = F::Output> {
-        Scoped { admitted, body }
+        Scoped {
+            body,
+            admitted,
+            finished: false,
+            exit: None,
+        }
     }
 
     #[inline]
     fn scope_sync<T>(admitted: Admitted<Self>, body: impl FnOnce() -> T) -> T {
-        let out = {
-            let _enter = Enter::new(Self::current(&admitted));
-            body()
-        };
-        drop(admitted);
-        out
+        // Dropped before `admitted`, a parameter.
+        let _enter = Enter::new(admitted.current());
+        body()
     }
 }
 
 /// A shared handle: the thread-local points to the task-local, which holds
-/// the handle.
+/// the admission (and drops it after the body, as tokio drops a task-local's
+/// value after its future).
 impl Handle for Arc<Group> {
-    fn current(_: &Admitted<Self>) -> Current {
-        Current::Shared
-    }
-
     fn scope<F: Future>(admitted: Admitted<Self>, body: F) -> impl Future<Output = F::Output> {
-        let shared = (admitted.group.clone(), admitted.token);
         Scoped {
-            admitted,
-            body: SHARED.scope(shared, body),
+            body: SHARED.scope(admitted, body),
+            admitted: (),
+            finished: false,
+            exit: None,
         }
     }
 
     fn scope_sync<T>(admitted: Admitted<Self>, body: impl FnOnce() -> T) -> T {
-        let out = {
-            let _enter = Enter::new(Self::current(&admitted));
-            SHARED.sync_scope((admitted.group.clone(), admitted.token), body)
-        };
-        drop(admitted);
-        out
+        let _enter = Enter::new(Current::Shared);
+        SHARED.sync_scope(admitted, body)
     }
 }
 
 pin_project! {
-    /// An async gated body in the scope of its admission, which it holds
-    /// (and so keeps counted in flight) until it is dropped.
-    struct Scoped<G: Handle, F> {
-        admitted: Admitted<G>,
+    /// An async gated body in the scope of its admission: polled with the
+    /// scope entered, and if dropped before it finished, dropped inside it;
+    /// `admitted` goes after the body (fields drop in this order).
+    #[project = ScopedProj]
+    struct Scoped<F, A: Scope> {
         #[pin]
         body: F,
+        admitted: A,
+        // The body returned: it holds nothing any more.
+        finished: bool,
+        // Set by `drop` when it enters the scope; leaves it last.
+        exit: Option<Enter>,
+    }
+
+    impl<F, A: Scope> PinnedDrop for Scoped<F, A> {
+        fn drop(this: Pin<&mut Self>) {
+            let this = this.project();
+            // Nothing of a finished body is left to drop: no scope to enter
+            // (the common case).
+            if !*this.finished && mem::needs_drop::<F>() {
+                *this.exit = Some(Enter::new(this.admitted.current()));
+            }
+        }
     }
 }
 
-impl<G: Handle, F: Future> Future for Scoped<G, F> {
+/// What `current_lease` finds in the scope of an async body's admission.
+trait Scope {
+    fn current(&self) -> Current;
+}
+
+impl Scope for Admitted<&'static Group> {
+    #[inline]
+    fn current(&self) -> Current {
+        Current::Cached(self.group, self.token)
+    }
+}
+
+/// A shared handle's admission is in the task-local.
+impl Scope for () {
+    #[inline]
+    fn current(&self) -> Current {
+        Current::Shared
+    }
+}
+
+impl<F: Future, A: Scope> Future for Scoped<F, A> {
     type Output = F::Output;
 
     #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
         let this = self.project();
-        let _enter = Enter::new(G::current(this.admitted));
-        this.body.poll(cx)
+        let _enter = Enter::new(this.admitted.current());
+        let out = this.body.poll(cx);
+        *this.finished = out.is_ready();
+        out
     }
 }
 
 #[cfg(test)]
 mod tests {
     use std::panic::{catch_unwind, AssertUnwindSafe};
+    use std::sync::{Arc, Mutex};
     use std::time::Duration;
 
+    use futures_util::FutureExt;
+
     use crate::__private::{gate_async, gate_sync, CallSite};
+    use crate::group::Group;
     use crate::{current_lease, Config, MemoryBackend, Runtime};
 
     fn runtime() -> Runtime {
@@ -235,6 +272,61 @@ mod tests {
             assert_eq!(current_group(), None);
         })
         .await;
+        rt.shutdown().await;
+    }
+
+    /// An async body dropped mid-run (a timeout, a `select!`) runs its
+    /// destructors inside its scope, still counted in flight (a drain waits
+    /// for them before it releases the lease), on every path; only then does
+    /// the admission go.
+    #[tokio::test(start_paused = true)]
+    async fn a_cancelled_body_is_dropped_in_its_scope_before_its_admission() {
+        static SITE: CallSite = CallSite::new("d");
+        static OUTER: CallSite = CallSite::new("o");
+
+        /// What a body's local sees when it is dropped.
+        struct Witness(Arc<Group>, Arc<Mutex<Vec<(usize, Option<String>)>>>);
+        impl Drop for Witness {
+            fn drop(&mut self) {
+                let seen = (self.0.in_flight(), current_group());
+                self.1.lock().unwrap().push(seen);
+            }
+        }
+
+        let rt = runtime();
+        assert!(rt.run_if_leader("d", || async {}).await.is_some());
+        let group = rt.group("d").unwrap();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let cancelled = || {
+            let witness = Witness(group.clone(), seen.clone());
+            async move {
+                let _witness = witness;
+                std::future::pending::<()>().await
+            }
+        };
+        rt.scope(async {
+            assert!(gate_async(&OUTER, false, async {}).await.is_some());
+            // The first call goes through a shared handle, the second is cached;
+            // then both again inside another group's body.
+            for _ in 0..2 {
+                assert!(gate_async(&SITE, false, cancelled())
+                    .now_or_never()
+                    .is_none());
+            }
+            let inside = gate_async(&OUTER, false, async {
+                assert!(gate_async(&SITE, false, cancelled())
+                    .now_or_never()
+                    .is_none());
+                let shared = rt.run_if_leader("d", cancelled);
+                assert!(shared.now_or_never().is_none());
+                current_group()
+            });
+            assert_eq!(inside.await, Some(Some("o".into())));
+        })
+        .await;
+        let d = (1, Some("d".to_owned()));
+        assert_eq!(*seen.lock().unwrap(), [d.clone(), d.clone(), d.clone(), d]);
+        assert_eq!(group.in_flight(), 0);
         rt.shutdown().await;
     }
 
