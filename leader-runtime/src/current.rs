@@ -284,8 +284,10 @@ mod tests {
         static SITE: CallSite = CallSite::new("d");
         static OUTER: CallSite = CallSite::new("o");
 
-        /// What a body's local sees when it is dropped.
-        struct Witness(Arc<Group>, Arc<Mutex<Vec<(usize, Option<String>)>>>);
+        /// In flight, and the current lease's group, as a dropped local saw them.
+        type Seen = Arc<Mutex<Vec<(usize, Option<String>)>>>;
+        /// A body's local that records what it sees when it is dropped.
+        struct Witness(Arc<Group>, Seen);
         impl Drop for Witness {
             fn drop(&mut self) {
                 let seen = (self.0.in_flight(), current_group());
