@@ -46,10 +46,17 @@ pub fn init(config: Config) -> Result<()> {
 
 /// The global runtime, initialising it from the environment on first use.
 /// `None` (and one error log) when it is not configured.
+#[inline]
 pub(crate) fn global() -> Option<&'static Runtime> {
-    if let Some(runtime) = GLOBAL.get() {
-        return Some(runtime);
+    match GLOBAL.get() {
+        Some(runtime) => Some(runtime),
+        None => global_from_env(),
     }
+}
+
+/// The slow path of [`global`], off the gate's hot path.
+#[cold]
+fn global_from_env() -> Option<&'static Runtime> {
     let _lock = AUTO_INIT.lock().unwrap_or_else(PoisonError::into_inner);
     if let Some(runtime) = GLOBAL.get() {
         return Some(runtime);
@@ -84,6 +91,7 @@ pub(crate) fn current() -> Option<Runtime> {
 }
 
 /// The id of the runtime of this task, without cloning it.
+#[inline]
 pub(crate) fn current_id() -> Option<u64> {
     runtime::scoped_id().or_else(|| global().map(Runtime::id))
 }

@@ -169,6 +169,7 @@ impl Runtime {
     }
 
     /// A process-unique id of this runtime (keys per-call-site caches).
+    #[inline]
     pub(crate) fn id(&self) -> u64 {
         self.inner.id
     }
@@ -703,6 +704,7 @@ pub(crate) fn scoped() -> Option<Runtime> {
 }
 
 /// The id of the scoped runtime, without cloning it.
+#[inline]
 pub(crate) fn scoped_id() -> Option<u64> {
     if !SCOPES_USED.load(Ordering::Acquire) {
         return None;
