@@ -193,26 +193,13 @@ impl<F: Future, A: Scope> Future for Scoped<F, A> {
 mod tests {
     use std::panic::{catch_unwind, AssertUnwindSafe};
     use std::sync::{Arc, Mutex};
-    use std::time::Duration;
 
     use futures_util::FutureExt;
 
     use crate::__private::{gate_async, gate_sync, CallSite};
+    use crate::election::tests::instance;
     use crate::group::Group;
-    use crate::{current_lease, Config, MemoryBackend, Runtime};
-
-    fn runtime() -> Runtime {
-        Runtime::new(
-            Config::builder()
-                .memory(MemoryBackend::new())
-                .ttl(Duration::from_secs(30))
-                .renew_interval(Duration::from_secs(10))
-                .instance_id("a")
-                .build()
-                .unwrap(),
-        )
-        .unwrap()
-    }
+    use crate::{current_lease, MemoryBackend};
 
     /// The group of the lease `current_lease` finds here.
     fn current_group() -> Option<String> {
@@ -228,7 +215,7 @@ mod tests {
         static A: CallSite = CallSite::new("a");
         static B: CallSite = CallSite::new("b");
         static B_SYNC: CallSite = CallSite::new("b");
-        let rt = runtime();
+        let rt = instance(&MemoryBackend::new(), "a");
         let rt2 = rt.clone();
         rt.scope(async move {
             // The first calls look the groups up (a shared handle) and fill the caches.
@@ -295,7 +282,7 @@ mod tests {
             }
         }
 
-        let rt = runtime();
+        let rt = instance(&MemoryBackend::new(), "a");
         assert!(rt.run_if_leader("d", || async {}).await.is_some());
         let group = rt.group("d").unwrap();
         let seen = Arc::new(Mutex::new(Vec::new()));
@@ -337,7 +324,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_panicking_sync_body_leaves_no_admission_behind() {
         static SITE: CallSite = CallSite::new("p");
-        let rt = runtime();
+        let rt = instance(&MemoryBackend::new(), "a");
         assert!(rt.run_if_leader("p", || async {}).await.is_some());
         let group = rt.group("p").unwrap();
         rt.scope(async {
