@@ -47,8 +47,9 @@ thread_local! {
 }
 
 tokio::task_local! {
-    /// The admission of a run through a shared handle.
-    static SHARED: Admitted<Arc<Group>>;
+    /// The group and token of a run admitted through a shared handle (the
+    /// admission itself stays in its `Scoped`, which orders its drop).
+    static SHARED: (Arc<Group>, u64);
 }
 
 /// The lease of the gated body running here, if any.
@@ -57,7 +58,7 @@ pub(crate) fn current_lease() -> Option<Lease> {
         Current::Outside => None,
         Current::Cached(group, token) => group.lease(token),
         Current::Shared => SHARED
-            .try_with(|admitted| admitted.group.lease(admitted.token))
+            .try_with(|(group, token)| group.lease(*token))
             .ok()
             .flatten(),
     }
@@ -111,21 +112,22 @@ impl Handle for &'static Group {
 }
 
 /// A shared handle: the thread-local points to the task-local, which holds
-/// the admission (and drops it after the body, as tokio drops a task-local's
-/// value after its future).
+/// a clone of the handle (the slow path: one reference count more).
 impl Handle for Arc<Group> {
     fn scope<F: Future>(admitted: Admitted<Self>, body: F) -> impl Future<Output = F::Output> {
+        let shared = (admitted.group.clone(), admitted.token);
         Scoped {
-            body: SHARED.scope(admitted, body),
-            admitted: (),
+            body: SHARED.scope(shared, body),
+            admitted,
             finished: false,
             exit: None,
         }
     }
 
     fn scope_sync<T>(admitted: Admitted<Self>, body: impl FnOnce() -> T) -> T {
-        let _enter = Enter::new(Current::Shared);
-        SHARED.sync_scope(admitted, body)
+        // Dropped before `admitted`, a parameter.
+        let _enter = Enter::new(admitted.current());
+        SHARED.sync_scope((admitted.group.clone(), admitted.token), body)
     }
 }
 
@@ -138,7 +140,9 @@ pin_project! {
         #[pin]
         body: F,
         admitted: A,
-        // The body returned: it holds nothing any more.
+        // The body returned. What a finished future still holds (nothing,
+        // for an async block) is dropped outside the scope, still before
+        // the admission.
         finished: bool,
         // Set by `drop` when it enters the scope; leaves it last.
         exit: Option<Enter>,
@@ -147,8 +151,8 @@ pin_project! {
     impl<F, A: Scope> PinnedDrop for Scoped<F, A> {
         fn drop(this: Pin<&mut Self>) {
             let this = this.project();
-            // Nothing of a finished body is left to drop: no scope to enter
-            // (the common case).
+            // A finished body (an async block) has nothing left to drop: no
+            // scope to enter (the common case).
             if !*this.finished && mem::needs_drop::<F>() {
                 *this.exit = Some(Enter::new(this.admitted.current()));
             }
@@ -168,9 +172,7 @@ impl Scope for Admitted<&'static Group> {
     }
 }
 
-/// A shared handle's admission is in the task-local.
-impl Scope for () {
-    #[inline]
+impl Scope for Admitted<Arc<Group>> {
     fn current(&self) -> Current {
         Current::Shared
     }
@@ -302,6 +304,12 @@ mod tests {
                     .now_or_never()
                     .is_none());
             }
+            // `cancel_on_loss`, polled once; then dropped unpolled, both ways.
+            assert!(gate_async(&SITE, true, cancelled())
+                .now_or_never()
+                .is_none());
+            drop(gate_async(&SITE, true, cancelled()));
+            drop(gate_async(&SITE, false, cancelled()));
             let inside = gate_async(&OUTER, false, async {
                 assert!(gate_async(&SITE, false, cancelled())
                     .now_or_never()
@@ -314,35 +322,53 @@ mod tests {
         })
         .await;
         let d = (1, Some("d".to_owned()));
-        assert_eq!(*seen.lock().unwrap(), [d.clone(), d.clone(), d.clone(), d]);
+        assert_eq!(*seen.lock().unwrap(), vec![d; 7]);
         assert_eq!(group.in_flight(), 0);
         rt.shutdown().await;
     }
 
-    /// A sync body that panics leaves no admission behind: it is not
-    /// current any more, and it no longer counts as in flight.
+    /// A body that panics leaves no admission behind: it is not current any
+    /// more, and it no longer counts as in flight. Sync bodies unwind through
+    /// the caller; async ones through their task.
     #[tokio::test(start_paused = true)]
-    async fn a_panicking_sync_body_leaves_no_admission_behind() {
+    async fn a_panicking_body_leaves_no_admission_behind() {
         static SITE: CallSite = CallSite::new("p");
+        static SITE_ASYNC: CallSite = CallSite::new("p");
         let rt = instance(&MemoryBackend::new(), "a");
         assert!(rt.run_if_leader("p", || async {}).await.is_some());
         let group = rt.group("p").unwrap();
-        rt.scope(async {
-            // The first call through a shared handle, the second cached.
-            for call in ["shared", "cached"] {
-                let panicked = catch_unwind(AssertUnwindSafe(|| {
-                    gate_sync(&SITE, || {
-                        assert_eq!(current_group().as_deref(), Some("p"));
-                        assert_eq!(group.in_flight(), 1);
-                        panic!("the body panics");
-                    })
-                }));
-                assert!(panicked.is_err(), "{call}");
-                assert_eq!(current_group(), None, "{call}");
-                assert_eq!(group.in_flight(), 0, "{call}");
-            }
-        })
-        .await;
+        // The first call of each site through a shared handle, the second cached.
+        for call in ["shared", "cached"] {
+            let panicked = rt
+                .scope(async {
+                    catch_unwind(AssertUnwindSafe(|| {
+                        gate_sync(&SITE, || {
+                            assert_eq!(current_group().as_deref(), Some("p"));
+                            assert_eq!(group.in_flight(), 1);
+                            panic!("the body panics");
+                        })
+                    }))
+                })
+                .await;
+            assert!(panicked.is_err(), "sync, {call}");
+            assert_eq!(current_group(), None, "sync, {call}");
+            assert_eq!(group.in_flight(), 0, "sync, {call}");
+
+            let (rt2, group2) = (rt.clone(), group.clone());
+            let task = tokio::spawn(async move {
+                let body = async move {
+                    assert_eq!(current_group().as_deref(), Some("p"));
+                    assert_eq!(group2.in_flight(), 1);
+                    panic!("the body panics");
+                };
+                // The site is called inside the scope, so it can be cached.
+                rt2.scope(async move { gate_async(&SITE_ASYNC, false, body).await })
+                    .await
+            });
+            assert!(task.await.unwrap_err().is_panic(), "async, {call}");
+            assert_eq!(current_group(), None, "async, {call}");
+            assert_eq!(group.in_flight(), 0, "async, {call}");
+        }
         rt.shutdown().await;
     }
 }

@@ -351,23 +351,28 @@ impl<G: Deref<Target = Group>> Drop for Admitted<G> {
 }
 
 /// Run an async gated body under `admitted`: `None` when `cancel_on_loss`
-/// and the leadership ended before the body finished.
-pub(crate) async fn run_admitted<G: Handle, F: Future>(
+/// and the leadership ended before the body finished. The body enters its
+/// scope here, before anything is returned, so that the admission is never
+/// held apart from it: dropped unpolled or not, the body goes first.
+pub(crate) fn run_admitted<G: Handle, F: Future>(
     admitted: Admitted<G>,
     cancel_on_loss: bool,
     body: F,
-) -> Option<F::Output> {
-    if !cancel_on_loss {
-        return Some(G::scope(admitted, body).await);
-    }
-    let lease = admitted.group.lease(admitted.token)?;
+) -> impl Future<Output = Option<F::Output>> {
+    let lease = cancel_on_loss.then(|| admitted.group.lease(admitted.token));
     let body = G::scope(admitted, body);
-    tokio::select! {
-        biased;
-        out = body => Some(out),
-        _ = lease.lost() => {
-            tracing::warn!(group = lease.group(), token = lease.token(), "leadership ended mid-run; gated body cancelled");
-            None
+    async move {
+        let lease = match lease {
+            None => return Some(body.await),
+            Some(lease) => lease?,
+        };
+        tokio::select! {
+            biased;
+            out = body => Some(out),
+            _ = lease.lost() => {
+                tracing::warn!(group = lease.group(), token = lease.token(), "leadership ended mid-run; gated body cancelled");
+                None
+            }
         }
     }
 }
