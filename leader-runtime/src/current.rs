@@ -32,7 +32,7 @@ use crate::lease::Lease;
 
 /// The gated run on this thread, as far as `current_lease` needs it.
 #[derive(Clone, Copy)]
-enum Current {
+pub(crate) enum Current {
     /// None.
     Outside,
     /// Admitted through a call site's cached group, under the leadership
@@ -84,6 +84,9 @@ impl Drop for Enter {
 
 /// A group handle an admission can hold, and how a body enters its scope.
 pub(crate) trait Handle: Deref<Target = Group> + Sized {
+    /// What `current_lease` finds in the scope of `admitted`.
+    fn current(admitted: &Admitted<Self>) -> Current;
+
     /// The async body `body`, in the scope of `admitted`.
     fn scope<F: Future>(admitted: Admitted<Self>, body: F) -> impl Future<Output = F::Output>;
 
@@ -93,6 +96,11 @@ pub(crate) trait Handle: Deref<Target = Group> + Sized {
 
 /// A call site's cached group: the scope is the thread-local alone.
 impl Handle for &'static Group {
+    #[inline]
+    fn current(admitted: &Admitted<Self>) -> Current {
+        Current::Cached(admitted.group, admitted.token)
+    }
+
     #[inline]
     fn scope<F: Future>(admitted: Admitted<Self>, body: F) -> impl Future<Output = F::Output> {
         Scoped {
@@ -106,7 +114,7 @@ impl Handle for &'static Group {
     #[inline]
     fn scope_sync<T>(admitted: Admitted<Self>, body: impl FnOnce() -> T) -> T {
         // Dropped before `admitted`, a parameter.
-        let _enter = Enter::new(admitted.current());
+        let _enter = Enter::new(Self::current(&admitted));
         body()
     }
 }
@@ -114,6 +122,10 @@ impl Handle for &'static Group {
 /// A shared handle: the thread-local points to the task-local, which holds
 /// a clone of the handle (the slow path: one reference count more).
 impl Handle for Arc<Group> {
+    fn current(_: &Admitted<Self>) -> Current {
+        Current::Shared
+    }
+
     fn scope<F: Future>(admitted: Admitted<Self>, body: F) -> impl Future<Output = F::Output> {
         let shared = (admitted.group.clone(), admitted.token);
         Scoped {
@@ -126,7 +138,7 @@ impl Handle for Arc<Group> {
 
     fn scope_sync<T>(admitted: Admitted<Self>, body: impl FnOnce() -> T) -> T {
         // Dropped before `admitted`, a parameter.
-        let _enter = Enter::new(admitted.current());
+        let _enter = Enter::new(Self::current(&admitted));
         SHARED.sync_scope((admitted.group.clone(), admitted.token), body)
     }
 }
@@ -136,10 +148,10 @@ pin_project! {
     /// scope entered, and if dropped before it finished, dropped inside it;
     /// `admitted` goes after the body (fields drop in this order).
     #[project = ScopedProj]
-    struct Scoped<F, A: Scope> {
+    struct Scoped<F, G: Handle> {
         #[pin]
         body: F,
-        admitted: A,
+        admitted: Admitted<G>,
         // The body returned. What a finished future still holds (nothing,
         // for an async block) is dropped outside the scope, still before
         // the admission.
@@ -148,43 +160,25 @@ pin_project! {
         exit: Option<Enter>,
     }
 
-    impl<F, A: Scope> PinnedDrop for Scoped<F, A> {
+    impl<F, G: Handle> PinnedDrop for Scoped<F, G> {
         fn drop(this: Pin<&mut Self>) {
             let this = this.project();
             // A finished body (an async block) has nothing left to drop: no
             // scope to enter (the common case).
             if !*this.finished && mem::needs_drop::<F>() {
-                *this.exit = Some(Enter::new(this.admitted.current()));
+                *this.exit = Some(Enter::new(G::current(this.admitted)));
             }
         }
     }
 }
 
-/// What `current_lease` finds in the scope of an async body's admission.
-trait Scope {
-    fn current(&self) -> Current;
-}
-
-impl Scope for Admitted<&'static Group> {
-    #[inline]
-    fn current(&self) -> Current {
-        Current::Cached(self.group, self.token)
-    }
-}
-
-impl Scope for Admitted<Arc<Group>> {
-    fn current(&self) -> Current {
-        Current::Shared
-    }
-}
-
-impl<F: Future, A: Scope> Future for Scoped<F, A> {
+impl<F: Future, G: Handle> Future for Scoped<F, G> {
     type Output = F::Output;
 
     #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
         let this = self.project();
-        let _enter = Enter::new(this.admitted.current());
+        let _enter = Enter::new(G::current(this.admitted));
         let out = this.body.poll(cx);
         *this.finished = out.is_ready();
         out
