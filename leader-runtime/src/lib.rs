@@ -383,7 +383,7 @@ use std::future::Future;
 pub use leader_macros::leader_only;
 use tokio::sync::broadcast;
 
-pub use crate::backend::MemoryBackend;
+pub use crate::backend::{MemoryBackend, MemorySnapshot};
 pub use crate::config::{
     Config, ConfigBuilder, DEFAULT_KEY_PREFIX, DEFAULT_RENEW_INTERVAL, DEFAULT_RETRY_INTERVAL,
     DEFAULT_TTL,
