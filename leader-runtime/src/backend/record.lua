@@ -27,8 +27,12 @@ local function server_now()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), us
 end
 
+-- This server process's run_id; a server that shows none cannot vouch for
+-- any record, so the scripts fail (closed) rather than guess.
 local function this_run()
-  return string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
+  local run = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
+  if not run then error('INFO server shows no run_id: cannot vouch for lease records') end
+  return run
 end
 
 -- Whether decimal string a > b (both without leading zeros).
