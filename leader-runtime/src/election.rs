@@ -509,3 +509,6 @@ mod eligibility_tests;
 
 #[cfg(test)]
 mod partial_loss_tests;
+
+#[cfg(test)]
+mod inside_body_tests;
