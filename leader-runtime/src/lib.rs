@@ -617,6 +617,30 @@ pub async fn set_eligible(group: &str, eligible: bool) -> Result<()> {
         .await
 }
 
+/// Forget `group` on the current runtime: hand over if leading, end its
+/// election, drop it from the registry; see [`Runtime::forget`].
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn example() -> leader_runtime::Result<()> {
+/// let tenant = "tenant-42";
+/// if leader_runtime::is_leader(tenant) { /* … */ }
+/// // the tenant is gone: stop its election
+/// leader_runtime::forget(tenant).await?;
+/// # Ok(()) }
+/// ```
+///
+/// # Errors
+///
+/// [`Error::NotConfigured`] without a runtime; otherwise as [`Runtime::forget`].
+pub async fn forget(group: &str) -> Result<()> {
+    global::current()
+        .ok_or(Error::NotConfigured)?
+        .forget(group)
+        .await
+}
+
 /// Release every lease held by the current runtime and stop its elections;
 /// see [`Runtime::shutdown`]. Does nothing without one.
 ///
