@@ -4,7 +4,6 @@
 //! as `leader_runtime::leader_only`, and the code the attribute generates
 //! calls into `leader_runtime::__private`, a private contract between the two
 //! crates of one version.
-#![forbid(unsafe_code)]
 #![cfg_attr(
     not(test),
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)

@@ -394,8 +394,9 @@
 //! | `metrics` | the metrics above, through the `metrics` facade |
 //! | `cron` | [`cron::job`](cron/fn.job.html): tokio-cron-scheduler jobs that run each tick once, on the leader |
 //! | `tls` | `rediss://` URLs, through rustls |
-#![forbid(unsafe_code)]
 #![warn(missing_docs)]
+// On docs.rs: "Available on crate feature … only" on feature-gated items.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![cfg_attr(
     not(test),
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
