@@ -991,5 +991,13 @@ mod tests {
             ),
         );
         assert!(parsed.input.is_some(), "still gated");
+        // An async body is no closure: rustc's own lint speaks for it.
+        ok(
+            quote!(),
+            quote!(
+                #[track_caller]
+                async fn tick() {}
+            ),
+        );
     }
 }
