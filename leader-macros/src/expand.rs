@@ -72,7 +72,7 @@ fn expand(Input { args, func, kind }: Input) -> TokenStream {
         ReturnType::Type(_, ty) => ((**ty).clone(), ty.span()),
     };
     let is_unit = matches!(&ret, Type::Tuple(tuple) if tuple.elems.is_empty());
-    let (erased, _) = erase_impl_trait(&ret);
+    let erased = erase_impl_trait(&ret);
     let infer = matches!(erased, Type::Infer(_));
     // The call site: a `static` in a block of its own, out of the body's
     // namespace (a local or item of the same name in the user's code is theirs).
@@ -210,23 +210,23 @@ fn has_must_use(attrs: &[Attribute]) -> bool {
     attrs.iter().any(|attr| attr.path().is_ident("must_use"))
 }
 
-/// `ty` with each `impl Trait` replaced by `_`, and whether there was any.
-fn erase_impl_trait(ty: &Type) -> (Type, bool) {
-    struct Erase(bool);
+/// `ty` with each `impl Trait` replaced by `_`: a closure's return type
+/// annotation, which can't name `impl Trait` but still gives coercions their
+/// target.
+fn erase_impl_trait(ty: &Type) -> Type {
+    struct Erase;
     impl VisitMut for Erase {
         fn visit_type_mut(&mut self, ty: &mut Type) {
             if let Type::ImplTrait(impl_trait) = ty {
                 *ty = Type::Infer(syn::TypeInfer {
                     underscore_token: Token![_](impl_trait.impl_token.span),
                 });
-                self.0 = true;
             } else {
                 visit_mut::visit_type_mut(self, ty);
             }
         }
     }
     let mut erased = ty.clone();
-    let mut erase = Erase(false);
-    erase.visit_type_mut(&mut erased);
-    (erased, erase.0)
+    Erase.visit_type_mut(&mut erased);
+    erased
 }
