@@ -412,6 +412,7 @@ mod election;
 mod error;
 mod events;
 mod gate;
+mod gate_future;
 mod global;
 mod group;
 mod jitter;
@@ -664,4 +665,5 @@ pub async fn shutdown() {
 /// Not public API: the contract between `#[leader_only]` expansions and the runtime.
 pub mod __private {
     pub use crate::gate::{gate_async, gate_sync, CallSite};
+    pub use crate::gate_future::{gate_future, Box, Default, Option};
 }
