@@ -125,12 +125,11 @@
 //! `Some(value)` when the body ran, `None` when this instance does not lead
 //! the group. `return` and `?` in the body keep their meaning.
 //!
-//! | argument | meaning |
-//! | --- | --- |
-//! | *(none)* | the group `"default"` |
-//! | `group = "cleanup"` | the group whose lease gates the body: ASCII letters, digits, `.`, `_`, `:`, `-`, at most 128 bytes; checked at compile time |
-//! | `cancel_on_loss` | async functions only: if leadership ends while the body runs, drop the body and return `None` |
-//! | `crate = "::my_leader"` | the path of this crate, if you renamed the dependency or re-export it (default `::leader_runtime`) |
+//! Its arguments (`group`, `cancel_on_loss`, `default` to keep the signature
+//! on trait methods, `crate`), what it expands to, how it composes with
+//! `#[tracing::instrument]` and `#[async_trait]`, and every misuse it rejects
+//! at compile time are on the [attribute's page](leader_only): the one table
+//! of them.
 //!
 //! ```
 //! use leader_runtime::leader_only;
@@ -150,9 +149,6 @@
 //!     fn rotate(&mut self) {}
 //! }
 //! ```
-//!
-//! What it expands to, and every misuse it rejects at compile time, is on
-//! the [attribute's page](leader_only).
 //!
 //! The first call that names a group registers it and starts its election.
 //! That first call (when async) waits for the first acquisition round,
