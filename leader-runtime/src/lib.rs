@@ -152,7 +152,8 @@
 //!
 //! The first call that names a group registers it and starts its election.
 //! That first call (when async) waits for the first acquisition round,
-//! bounded by the call timeout, so that the winner's first tick is not lost.
+//! bounded by 1.5 × the call timeout, so that the winner's first tick is not
+//! lost.
 //! Later calls are a local check: no network, no lock, no allocation.
 //!
 //! # Failure semantics
