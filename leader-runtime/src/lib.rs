@@ -326,13 +326,13 @@
 //!   [`metrics`](https://docs.rs/metrics) facade — the library never
 //!   installs a recorder:
 //!
-//! | metric | kind | labels |
-//! | --- | --- | --- |
-//! | `leader_elected_total` | counter | `group` |
-//! | `leader_lost_total` | counter | `group`, `reason` ([`LostReason::as_str`]) |
-//! | `leader_is_leader` | gauge | `group` |
-//! | `leader_renew_seconds` | histogram | `group` |
-//! | `leader_acquire_attempts_total` | counter | `group` |
+//! | metric | kind | labels | when |
+//! | --- | --- | --- | --- |
+//! | `leader_elected_total` | counter | `group` | this instance became leader |
+//! | `leader_lost_total` | counter | `group`, `reason` ([`LostReason::as_str`]) | a leadership ended |
+//! | `leader_is_leader` | gauge | `group` | 1 while leading, 0 after a loss |
+//! | `leader_renew_seconds` | histogram | `group` | round trip of every renew call, whatever its outcome |
+//! | `leader_acquire_attempts_total` | counter | `group` | an acquire call was sent |
 //!
 //! # Testing your own code on the in-memory backend
 //!
