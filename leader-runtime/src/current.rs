@@ -286,7 +286,7 @@ mod tests {
         struct Witness(Arc<Group>, Seen);
         impl Drop for Witness {
             fn drop(&mut self) {
-                let seen = (self.0.in_flight(), current_group());
+                let seen = (self.0.runs.in_flight(), current_group());
                 self.1.lock().unwrap().push(seen);
             }
         }
@@ -330,7 +330,7 @@ mod tests {
         .await;
         let d = (1, Some("d".to_owned()));
         assert_eq!(*seen.lock().unwrap(), vec![d; 7]);
-        assert_eq!(group.in_flight(), 0);
+        assert_eq!(group.runs.in_flight(), 0);
         rt.shutdown().await;
     }
 
@@ -351,7 +351,7 @@ mod tests {
                     catch_unwind(AssertUnwindSafe(|| {
                         gate_sync(&SITE, || {
                             assert_eq!(current_group().as_deref(), Some("p"));
-                            assert_eq!(group.in_flight(), 1);
+                            assert_eq!(group.runs.in_flight(), 1);
                             panic!("the body panics");
                         })
                     }))
@@ -359,13 +359,13 @@ mod tests {
                 .await;
             assert!(panicked.is_err(), "sync, {call}");
             assert_eq!(current_group(), None, "sync, {call}");
-            assert_eq!(group.in_flight(), 0, "sync, {call}");
+            assert_eq!(group.runs.in_flight(), 0, "sync, {call}");
 
             let (rt2, group2) = (rt.clone(), group.clone());
             let task = tokio::spawn(async move {
                 let body = async move {
                     assert_eq!(current_group().as_deref(), Some("p"));
-                    assert_eq!(group2.in_flight(), 1);
+                    assert_eq!(group2.runs.in_flight(), 1);
                     panic!("the body panics");
                 };
                 // The site is called inside the scope, so it can be cached.
@@ -374,7 +374,7 @@ mod tests {
             });
             assert!(task.await.unwrap_err().is_panic(), "async, {call}");
             assert_eq!(current_group(), None, "async, {call}");
-            assert_eq!(group.in_flight(), 0, "async, {call}");
+            assert_eq!(group.runs.in_flight(), 0, "async, {call}");
         }
         rt.shutdown().await;
     }

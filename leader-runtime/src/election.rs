@@ -86,7 +86,7 @@ impl Election {
     async fn run(&mut self) {
         loop {
             let Some(won) = self.follow().await else {
-                self.group.mark_first_round();
+                self.group.control.mark_first_round();
                 return;
             };
             if let Flow::Stop = self.lead(won).await {
@@ -128,8 +128,8 @@ impl Election {
     async fn follow(&mut self) -> Option<Won> {
         let retry = self.ctx.config.retry_interval;
         loop {
-            if !self.group.observed.eligible() {
-                self.group.mark_first_round();
+            if !self.group.control.eligible() {
+                self.group.control.mark_first_round();
                 if !self.sit_out().await {
                     return None;
                 }
@@ -184,7 +184,7 @@ impl Election {
                     retry
                 }
             };
-            self.group.mark_first_round();
+            self.group.control.mark_first_round();
             if !self.wait(Instant::now() + wait).await {
                 return None;
             }
@@ -206,7 +206,7 @@ impl Election {
                     Some(Command::SetEligible(_, reply)) => { let _ = reply.send(Ok(())); return true; }
                     None => return false,
                 },
-                _ = self.group.released.notified() => return true,
+                _ = self.group.control.released.notified() => return true,
                 _ = sleep_until(deadline) => return true,
             }
         }
@@ -217,13 +217,14 @@ impl Election {
     async fn sit_out(&mut self) -> bool {
         tracing::info!("not eligible: out of the race until set_eligible(true)");
         loop {
-            if self.group.observed.eligible() {
+            if self.group.control.eligible() {
                 tracing::info!("eligible again: campaigning");
                 // Re-entering the race ends a step-down cooldown too.
                 self.cooldown_until = None;
                 // A release notice that came while out of the race is stale:
                 // the acquire that follows reads the lease anyway.
-                let _ = futures_util::FutureExt::now_or_never(self.group.released.notified());
+                let _ =
+                    futures_util::FutureExt::now_or_never(self.group.control.released.notified());
                 return true;
             }
             tokio::select! {
@@ -276,7 +277,7 @@ impl Election {
                 "acquired; the lease key vanished before the last holder's time (eviction or a manual DEL), so leading once that time has passed"
             ),
         }
-        self.group.mark_first_round();
+        self.group.control.mark_first_round();
         loop {
             let mut wake = next_renew.min(valid_until);
             if let Some(ready) = ready_at {
@@ -294,7 +295,7 @@ impl Election {
                         self.cooldown_until = Some(Instant::now() + ttl);
                         // A wake-up stored while we led (a reconnect notice
                         // not yet taken) must not cut the cooldown short.
-                        let _ = futures_util::FutureExt::now_or_never(self.group.released.notified());
+                        let _ = futures_util::FutureExt::now_or_never(self.group.control.released.notified());
                         let _ = reply.send(result);
                         return Flow::Campaign;
                     }
@@ -317,7 +318,7 @@ impl Election {
                 },
                 // The backend reconnected (Redis may have restarted empty),
                 // or a stray release notice: renew now. Early is always safe.
-                _ = self.group.released.notified() => next_renew = Instant::now(),
+                _ = self.group.control.released.notified() => next_renew = Instant::now(),
                 _ = sleep_until(wake) => {}
             }
             let now = Instant::now();
@@ -387,7 +388,7 @@ impl Election {
         let tenure = Arc::new(Tenure::new(
             self.group.name.clone(),
             token,
-            self.group.base,
+            self.group.view.base,
             valid_until,
         ));
         self.group.begin(tenure.clone());
@@ -463,7 +464,7 @@ impl Election {
         valid_until: Instant,
         reason: LostReason,
     ) -> Result<()> {
-        if !self.group.drain(valid_until).await {
+        if !self.group.runs.drain(valid_until).await {
             tracing::warn!("gated runs still in flight when the view ended; releasing anyway");
         }
         self.end(tenure, reason, "handing over");

@@ -101,7 +101,7 @@ where
     };
     match admit(&**group) {
         // A forgotten group: look it up again (it may be registered anew).
-        None if group.is_forgotten() => Gated::Lookup {
+        None if group.control.is_forgotten() => Gated::Lookup {
             body: Box::pin(site.lookup_and_run(cancel_on_loss, body)),
         },
         None => Gated::NotLeader,
@@ -157,7 +157,9 @@ where
     F: FnOnce() -> T,
 {
     match site.cached() {
-        Some(group) if !group.is_forgotten() => Some(Handle::scope_sync(admit(&**group)?, body)),
+        Some(group) if !group.control.is_forgotten() => {
+            Some(Handle::scope_sync(admit(&**group)?, body))
+        }
         _ => Some(Handle::scope_sync(admit(site.lookup_sync()?)?, body)),
     }
 }

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use arc_swap::ArcSwapOption;
-use tokio::sync::{oneshot, Notify};
+use tokio::sync::{oneshot, Notify, SetOnce};
 use tokio::time::Instant;
 
 use crate::clock;
@@ -25,7 +25,7 @@ use crate::Result;
 pub(crate) enum Command {
     StepDown(oneshot::Sender<Result<()>>),
     /// The eligibility flag changed (it is already stored in
-    /// [`Observed`]): hand over if it is now false and we lead, campaign
+    /// [`Control`]): hand over if it is now false and we lead, campaign
     /// again if it is now true.
     SetEligible(bool, oneshot::Sender<Result<()>>),
     /// The group was forgotten ([`Runtime::forget`](crate::Runtime::forget)):
@@ -39,17 +39,32 @@ pub(crate) enum Command {
 /// [`current_lease`](crate::current_lease) any more: its view ended long ago.
 const MAX_RETIRED: usize = 64;
 
+/// One group on this instance, in named parts: what the gate reads
+/// ([`View`]), the gated runs in flight ([`Runs`]), what steers the election
+/// ([`Control`]), and what it reports (`counters`, `observed`).
 pub(crate) struct Group {
     pub(crate) name: Arc<str>,
+    pub(crate) view: View,
+    pub(crate) runs: Runs,
+    pub(crate) control: Control,
+    pub(crate) counters: Counters,
+    /// What the status page shows.
+    pub(crate) observed: Observed,
+}
+
+/// The local view of the current leadership: the gate's atomics, and the
+/// tenures `current_lease` finds.
+pub(crate) struct View {
+    /// Zero point of the nanosecond instants below (the group's creation).
     pub(crate) base: Instant,
-    /// The gate's view: end of the current leadership's view in nanoseconds
-    /// since `base`, 0 while not leader. Mirrors the current tenure, so the
-    /// gate checks one atomic against the clock and touches no reference count.
-    view: AtomicU64,
-    /// The token of the leadership `view` belongs to (stored before `view`).
+    /// End of the current leadership's view in nanoseconds since `base`, 0
+    /// while not leader. Mirrors the current tenure, so the gate checks one
+    /// atomic against the clock and touches no reference count.
+    until: AtomicU64,
+    /// The token of the leadership `until` belongs to (stored before `until`).
     token: AtomicU64,
     /// The view's fast deadline on the kernel's coarse clock (see
-    /// [`clock`]), 0 for none; stored before `view`, cleared before it.
+    /// [`clock`]), 0 for none; stored before `until`, cleared before it.
     fast_until: AtomicU64,
     /// The current leadership; `None` while not leader.
     current: ArcSwapOption<Tenure>,
@@ -57,63 +72,169 @@ pub(crate) struct Group {
     /// `current_lease`; emptied whenever nothing is in flight. Its lock also
     /// orders changes of `current` against those lookups (never the gate).
     retired: Mutex<Vec<Arc<Tenure>>>,
+}
+
+/// The gated runs in flight, and whether new ones may start.
+pub(crate) struct Runs {
     /// False while draining: no new gated runs start.
     admitting: AtomicBool,
+    in_flight: AtomicUsize,
+    /// The last run in flight finished while not admitting.
+    drained: Notify,
+}
+
+/// What steers the group's election from outside it.
+pub(crate) struct Control {
+    pub(crate) commands: Mailbox,
+    /// A release notice from another instance arrived (or the notice
+    /// connection came back: leaders renew at once).
+    pub(crate) released: Notify,
+    /// Set once the election finished its first acquisition round.
+    first_round: SetOnce<()>,
+    /// Whether this instance takes part in the election.
+    eligible: AtomicBool,
     /// Removed from its runtime's registry: call sites that cached it look
     /// the group up again.
     forgotten: AtomicBool,
-    in_flight: AtomicUsize,
-    drained: Notify,
-    /// A release notice from another instance arrived.
-    pub(crate) released: Notify,
-    /// The election finished its first acquisition round (`first_round_done`).
-    first_round_done: AtomicBool,
-    first_round: Notify,
-    pub(crate) counters: Counters,
-    /// What the status page shows; also the eligibility flag.
-    pub(crate) observed: Observed,
-    pub(crate) commands: Mailbox,
 }
 
 impl Group {
     pub(crate) fn new(name: Arc<str>, commands: Mailbox) -> Self {
         Self {
             name,
-            base: Instant::now(),
-            view: AtomicU64::new(0),
-            token: AtomicU64::new(0),
-            fast_until: AtomicU64::new(0),
-            current: ArcSwapOption::empty(),
-            retired: Mutex::new(Vec::new()),
-            admitting: AtomicBool::new(false),
-            forgotten: AtomicBool::new(false),
-            in_flight: AtomicUsize::new(0),
-            drained: Notify::new(),
-            released: Notify::new(),
-            first_round_done: AtomicBool::new(false),
-            first_round: Notify::new(),
+            view: View {
+                base: Instant::now(),
+                until: AtomicU64::new(0),
+                token: AtomicU64::new(0),
+                fast_until: AtomicU64::new(0),
+                current: ArcSwapOption::empty(),
+                retired: Mutex::new(Vec::new()),
+            },
+            runs: Runs {
+                admitting: AtomicBool::new(false),
+                in_flight: AtomicUsize::new(0),
+                drained: Notify::new(),
+            },
+            control: Control {
+                commands,
+                released: Notify::new(),
+                first_round: SetOnce::new(),
+                eligible: AtomicBool::new(true),
+                forgotten: AtomicBool::new(false),
+            },
             counters: Counters::default(),
-            observed: Observed::new(true),
-            commands,
+            observed: Observed::new(),
         }
     }
 
     /// Local, lock-free: is the last confirmed lease certainly unexpired?
     #[inline]
     pub(crate) fn is_leader(&self) -> bool {
-        self.view.load(SeqCst) != 0 && self.view_holds()
+        self.view.is_leader()
+    }
+
+    /// The lease of the leadership with `token`: the current one, or an ended
+    /// one a gated run still in flight was admitted under.
+    pub(crate) fn lease(&self, token: u64) -> Option<Lease> {
+        self.view.lease(token)
+    }
+
+    /// The current leadership, if any (its view may have just ended).
+    pub(crate) fn tenure(&self) -> Option<Arc<Tenure>> {
+        self.view.current.load_full()
+    }
+
+    /// Start a leadership: publish the view and admit gated runs.
+    pub(crate) fn begin(&self, tenure: Arc<Tenure>) {
+        let view = &self.view;
+        let until = view.ns(tenure.valid_until());
+        let mut retired = view.retired();
+        if self.runs.in_flight.load(SeqCst) == 0 {
+            retired.clear();
+        }
+        let fast_until = clock::fast_deadline(tenure.valid_until());
+        view.token.store(tenure.token(), SeqCst);
+        view.current.store(Some(tenure));
+        view.fast_until.store(fast_until, SeqCst);
+        view.until.store(until, SeqCst);
+        self.runs.admitting.store(true, SeqCst);
+    }
+
+    /// A renewal moved the end of the current leadership's view.
+    pub(crate) fn extend(&self, tenure: &Tenure, valid_until: Instant) {
+        tenure.extend(valid_until);
+        let view = &self.view;
+        if view.until.load(SeqCst) != 0 {
+            view.fast_until
+                .store(clock::fast_deadline(valid_until), SeqCst);
+            view.until.store(view.ns(valid_until), SeqCst);
+        }
+    }
+
+    /// End the view now (the tenure itself is ended by the caller).
+    pub(crate) fn end(&self) {
+        let view = &self.view;
+        view.fast_until.store(0, SeqCst);
+        view.until.store(0, SeqCst);
+        self.runs.admitting.store(false, SeqCst);
+        let mut retired = view.retired();
+        let ended = view.current.swap(None);
+        // A run admitted under the ended view counted itself before it read
+        // the view, so a zero here means none was.
+        if self.runs.in_flight.load(SeqCst) == 0 {
+            retired.clear();
+        } else {
+            retired.extend(ended);
+            if retired.len() > MAX_RETIRED {
+                let excess = retired.len() - MAX_RETIRED;
+                retired.drain(..excess);
+                tracing::warn!(group = %self.name, "a gated run has been in flight across {MAX_RETIRED} leaderships; current_lease() inside the oldest runs now returns None");
+            }
+        }
+    }
+
+    /// Run an async gated body: `None` when not leader, or when
+    /// `cancel_on_loss` and the leadership ended before the body finished.
+    pub(crate) async fn run<F: Future>(
+        self: &Arc<Self>,
+        cancel_on_loss: bool,
+        body: F,
+    ) -> Option<F::Output> {
+        run_admitted(admit(self.clone())?, cancel_on_loss, body).await
+    }
+}
+
+impl View {
+    /// Whether a view is published at all (it may have run out): the gate's
+    /// first check, one relaxed load.
+    #[inline]
+    pub(crate) fn is_open(&self) -> bool {
+        self.until.load(Relaxed) != 0
+    }
+
+    /// Local, lock-free: is the last confirmed lease certainly unexpired?
+    #[inline]
+    pub(crate) fn is_leader(&self) -> bool {
+        self.until.load(SeqCst) != 0 && self.holds()
     }
 
     /// Whether the view (if any) holds now: the coarse clock says so cheaply
     /// while its end is well ahead; otherwise the precise clock decides.
     /// Never true at or after `valid_until`: read the view, then the clock.
     #[inline]
-    fn view_holds(&self) -> bool {
+    pub(crate) fn holds(&self) -> bool {
         if clock::before_fast_deadline(self.fast_until.load(SeqCst)) {
             return true;
         }
-        let view = self.view.load(SeqCst);
-        view != 0 && self.now_ns() < view
+        let until = self.until.load(SeqCst);
+        until != 0 && self.now_ns() < until
+    }
+
+    /// The token of the published view: stored before it (and its fast
+    /// deadline), so read after them it is at least as new as the view read.
+    #[inline]
+    pub(crate) fn token(&self) -> u64 {
+        self.token.load(Acquire)
     }
 
     /// The monotonic clock, in nanoseconds since `base` (tokio's clock, so
@@ -132,9 +253,7 @@ impl Group {
         self.retired.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The lease of the leadership with `token`: the current one, or an ended
-    /// one a gated run still in flight was admitted under.
-    pub(crate) fn lease(&self, token: u64) -> Option<Lease> {
+    fn lease(&self, token: u64) -> Option<Lease> {
         let retired = self.retired();
         let current = self.current.load_full().filter(|t| t.token() == token);
         current
@@ -142,71 +261,39 @@ impl Group {
             .map(|tenure| Lease { tenure })
     }
 
-    /// The current leadership, if any (its view may have just ended).
-    pub(crate) fn tenure(&self) -> Option<Arc<Tenure>> {
-        self.current.load_full()
-    }
-
-    /// Start a leadership: publish the view and admit gated runs.
-    pub(crate) fn begin(&self, tenure: Arc<Tenure>) {
-        let view = self.ns(tenure.valid_until());
-        let mut retired = self.retired();
-        if self.in_flight.load(SeqCst) == 0 {
-            retired.clear();
-        }
-        let fast_until = clock::fast_deadline(tenure.valid_until());
-        self.token.store(tenure.token(), SeqCst);
-        self.current.store(Some(tenure));
-        self.fast_until.store(fast_until, SeqCst);
-        self.view.store(view, SeqCst);
-        self.admitting.store(true, SeqCst);
-    }
-
-    /// A renewal moved the end of the current leadership's view.
-    pub(crate) fn extend(&self, tenure: &Tenure, valid_until: Instant) {
-        tenure.extend(valid_until);
-        if self.view.load(SeqCst) != 0 {
-            self.fast_until
-                .store(clock::fast_deadline(valid_until), SeqCst);
-            self.view.store(self.ns(valid_until), SeqCst);
-        }
-    }
-
-    /// End the view now (the tenure itself is ended by the caller).
-    pub(crate) fn end(&self) {
-        self.fast_until.store(0, SeqCst);
-        self.view.store(0, SeqCst);
-        self.admitting.store(false, SeqCst);
-        let mut retired = self.retired();
-        let ended = self.current.swap(None);
-        // A run admitted under the ended view counted itself before it read
-        // the view, so a zero here means none was.
-        if self.in_flight.load(SeqCst) == 0 {
-            retired.clear();
-        } else {
-            retired.extend(ended);
-            if retired.len() > MAX_RETIRED {
-                let excess = retired.len() - MAX_RETIRED;
-                retired.drain(..excess);
-                tracing::warn!(group = %self.name, "a gated run has been in flight across {MAX_RETIRED} leaderships; current_lease() inside the oldest runs now returns None");
-            }
-        }
-    }
-
-    /// Mark the group removed from its runtime's registry.
-    pub(crate) fn forget(&self) {
-        self.forgotten.store(true, SeqCst);
-    }
-
-    /// Whether the group was removed from its runtime's registry.
-    pub(crate) fn is_forgotten(&self) -> bool {
-        self.forgotten.load(SeqCst)
-    }
-
     /// How many ended leaderships are kept for runs in flight.
     #[cfg(test)]
     pub(crate) fn retired_len(&self) -> usize {
         self.retired().len()
+    }
+
+    /// The fast deadline as stored (tests of the coarse clock's fast path).
+    #[cfg(test)]
+    pub(crate) fn fast_until(&self) -> u64 {
+        self.fast_until.load(SeqCst)
+    }
+}
+
+impl Runs {
+    /// Count a run in (before it checks whether it may start).
+    #[inline]
+    pub(crate) fn enter(&self) {
+        self.in_flight.fetch_add(1, SeqCst);
+    }
+
+    /// Count a run out. Only a drain waits for the count to reach zero, and
+    /// it stops admitting first: no wake-up (a lock inside `Notify`) otherwise.
+    #[inline]
+    pub(crate) fn leave(&self) {
+        if self.in_flight.fetch_sub(1, SeqCst) == 1 && !self.admitting.load(SeqCst) {
+            self.drained.notify_waiters();
+        }
+    }
+
+    /// Whether new gated runs may start.
+    #[inline]
+    pub(crate) fn admitting(&self) -> bool {
+        self.admitting.load(SeqCst)
     }
 
     /// Stop admitting new gated runs, then wait for those in flight, at most
@@ -227,40 +314,44 @@ impl Group {
         }
     }
 
-    /// Run an async gated body: `None` when not leader, or when
-    /// `cancel_on_loss` and the leadership ended before the body finished.
-    pub(crate) async fn run<F: Future>(
-        self: &Arc<Self>,
-        cancel_on_loss: bool,
-        body: F,
-    ) -> Option<F::Output> {
-        run_admitted(admit(self.clone())?, cancel_on_loss, body).await
-    }
-
     /// How many gated runs are in flight.
     #[cfg(test)]
     pub(crate) fn in_flight(&self) -> usize {
         self.in_flight.load(SeqCst)
     }
+}
 
+impl Control {
+    /// The election finished its first acquisition round.
     pub(crate) fn mark_first_round(&self) {
-        if !self.first_round_done.swap(true, SeqCst) {
-            self.first_round.notify_waiters();
-        }
+        let _ = self.first_round.set(());
     }
 
     /// Wait until the election finished its first acquisition round, at most `limit`.
     pub(crate) async fn first_round(&self, limit: Duration) {
-        if self.first_round_done.load(SeqCst) {
+        if self.first_round.initialized() {
             return;
         }
-        let notified = self.first_round.notified();
-        tokio::pin!(notified);
-        notified.as_mut().enable();
-        if self.first_round_done.load(SeqCst) {
-            return;
-        }
-        let _ = tokio::time::timeout(limit, notified).await;
+        let _ = tokio::time::timeout(limit, self.first_round.wait()).await;
+    }
+
+    /// Whether this instance takes part in the election.
+    pub(crate) fn eligible(&self) -> bool {
+        self.eligible.load(SeqCst)
+    }
+
+    pub(crate) fn set_eligible(&self, eligible: bool) {
+        self.eligible.store(eligible, SeqCst);
+    }
+
+    /// Mark the group removed from its runtime's registry.
+    pub(crate) fn forget(&self) {
+        self.forgotten.store(true, SeqCst);
+    }
+
+    /// Whether the group was removed from its runtime's registry.
+    pub(crate) fn is_forgotten(&self) -> bool {
+        self.forgotten.load(SeqCst)
     }
 }
 
@@ -342,24 +433,24 @@ impl Drop for MailboxRx {
 /// no allocation, and with a call site's `&'static Group` no reference count.
 #[inline]
 pub(crate) fn admit<G: Deref<Target = Group>>(group: G) -> Option<Admitted<G>> {
-    if group.view.load(Relaxed) == 0 {
+    if !group.view.is_open() {
         return None; // not leader: no clock read
     }
     // Count first, then check: a drain that stopped admitting before our
     // check waits for us; one that stopped it after sees us.
-    group.in_flight.fetch_add(1, SeqCst);
+    group.runs.enter();
     let mut admitted = Admitted { group, token: 0 };
     // Dropping `admitted` undoes the count.
     let group = &*admitted.group;
-    if !group.admitting.load(SeqCst) {
+    if !group.runs.admitting() {
         return None;
     }
-    if !group.view_holds() {
+    if !group.view.holds() {
         return None;
     }
     // Stored before the view (and its fast deadline), so at least as new
     // as the view just read.
-    admitted.token = group.token.load(Acquire);
+    admitted.token = group.view.token();
     Some(admitted)
 }
 
@@ -375,12 +466,7 @@ pub(crate) struct Admitted<G: Deref<Target = Group>> {
 impl<G: Deref<Target = Group>> Drop for Admitted<G> {
     #[inline]
     fn drop(&mut self) {
-        let group = &*self.group;
-        // Only a drain waits for the count to reach zero, and it stops
-        // admitting first: no wake-up (a lock inside `Notify`) otherwise.
-        if group.in_flight.fetch_sub(1, SeqCst) == 1 && !group.admitting.load(SeqCst) {
-            group.drained.notify_waiters();
-        }
+        self.group.runs.leave();
     }
 }
 
@@ -413,7 +499,6 @@ pub(crate) fn run_admitted<G: Handle, F: Future>(
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::Ordering::SeqCst;
     use std::time::Duration;
 
     use tokio::time::{sleep, Instant};
@@ -438,7 +523,7 @@ mod tests {
         assert!(a.run_if_leader("g", || async {}).await.is_some());
         let group = a.group("g").unwrap();
         assert_ne!(
-            group.fast_until.load(SeqCst),
+            group.view.fast_until(),
             0,
             "a fast deadline on the real clock"
         );
@@ -446,7 +531,7 @@ mod tests {
         let (mut fast, mut last_valid_until) = (0, None);
         loop {
             let called = Instant::now();
-            let fast_before = group.fast_until.load(SeqCst);
+            let fast_before = group.view.fast_until();
             let Some(valid_until) = a
                 .run_if_leader("g", || async { current_lease().unwrap().valid_until() })
                 .await

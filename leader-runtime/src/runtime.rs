@@ -368,6 +368,7 @@ impl Runtime {
         };
         let (reply, answer) = oneshot::channel();
         group
+            .control
             .commands
             .send(Command::StepDown(reply))
             .await
@@ -429,9 +430,15 @@ impl Runtime {
         let Some(group) = removed else {
             return Ok(());
         };
-        group.forget();
+        group.control.forget();
         let (reply, answer) = oneshot::channel();
-        if group.commands.send(Command::Forget(reply)).await.is_err() {
+        if group
+            .control
+            .commands
+            .send(Command::Forget(reply))
+            .await
+            .is_err()
+        {
             return Ok(()); // the election has ended already
         }
         Self::await_hand_over(&group, answer).await
@@ -631,9 +638,10 @@ impl Runtime {
             None if eligible => return Ok(()),
             None => self.register(group, false)?,
         };
-        group.observed.set_eligible(eligible);
+        group.control.set_eligible(eligible);
         let (reply, answer) = oneshot::channel();
         group
+            .control
             .commands
             .send(Command::SetEligible(eligible, reply))
             .await
@@ -756,7 +764,7 @@ impl Runtime {
         let name: Arc<str> = Arc::from(name);
         let (commands, command_rx) = group::mailbox();
         let group = Arc::new(Group::new(name.clone(), commands));
-        group.observed.set_eligible(eligible);
+        group.control.set_eligible(eligible);
         groups.insert(name, group.clone());
         shared.tasks.spawn_on(
             election::run(group.clone(), shared.ctx.clone(), command_rx),
@@ -769,7 +777,7 @@ impl Runtime {
     pub(crate) async fn ready_group(&self, name: &str) -> Result<Arc<Group>> {
         let group = self.group(name)?;
         let limit = self.inner.shared.ctx.config.call_timeout;
-        group.first_round(limit + limit / 2).await;
+        group.control.first_round(limit + limit / 2).await;
         Ok(group)
     }
 
@@ -813,7 +821,7 @@ fn notice_sink(shared: Weak<Shared>) -> NoticeSink {
             let groups = shared.groups.read().unwrap_or_else(PoisonError::into_inner);
             tracing::debug!("notice connection back: leaders check their lease");
             for group in groups.values().filter(|g| g.is_leader()) {
-                group.released.notify_one();
+                group.control.released.notify_one();
             }
             return;
         }
@@ -825,7 +833,7 @@ fn notice_sink(shared: Weak<Shared>) -> NoticeSink {
             .cloned();
         if let Some(group) = group {
             tracing::debug!(group = %group.name, by, "release notice");
-            group.released.notify_one();
+            group.control.released.notify_one();
         }
     })
 }

@@ -1,7 +1,6 @@
 //! What a health endpoint shows: each group's state as this instance knows it,
 //! without a network call.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -79,7 +78,6 @@ pub struct GroupStatus {
 /// read by [`GroupStatus`] snapshots.
 #[derive(Debug)]
 pub(crate) struct Observed {
-    eligible: AtomicBool,
     state: Mutex<State>,
 }
 
@@ -91,9 +89,8 @@ struct State {
 }
 
 impl Observed {
-    pub(crate) fn new(eligible: bool) -> Self {
+    pub(crate) fn new() -> Self {
         Self {
-            eligible: AtomicBool::new(eligible),
             state: Mutex::new(State::default()),
         }
     }
@@ -121,14 +118,6 @@ impl Observed {
         state.failing = true;
         state.last_error = Some(e.to_string());
     }
-
-    pub(crate) fn eligible(&self) -> bool {
-        self.eligible.load(Ordering::SeqCst)
-    }
-
-    pub(crate) fn set_eligible(&self, eligible: bool) {
-        self.eligible.store(eligible, Ordering::SeqCst);
-    }
 }
 
 /// A snapshot of `group` as `instance_id` sees it now.
@@ -148,7 +137,7 @@ pub(crate) fn of(group: &Group, instance_id: &str) -> GroupStatus {
         valid_for: tenure
             .as_ref()
             .map(|t| t.valid_until().saturating_duration_since(Instant::now())),
-        eligible: observed.eligible(),
+        eligible: group.control.eligible(),
         failing: state.failing,
         last_error: state.last_error.clone(),
     }

@@ -18,7 +18,7 @@ async fn a_body_that_never_returns_keeps_a_bounded_number_of_ended_leaderships()
     tokio::spawn(async move { stuck.run_if_leader(G, std::future::pending::<()>).await });
     settle().await;
     let group = a.registered(G).unwrap();
-    assert_eq!(group.in_flight(), 1);
+    assert_eq!(group.runs.in_flight(), 1);
     let mut events = a.subscribe();
     // 100 leaderships: step down (the drain gives up at the view's end),
     // then lead again alone after the cooldown.
@@ -30,8 +30,12 @@ async fn a_body_that_never_returns_keeps_a_bounded_number_of_ended_leaderships()
             }
         }
     }
-    assert_eq!(group.in_flight(), 1);
-    assert!(group.retired_len() <= 64, "{}", group.retired_len());
+    assert_eq!(group.runs.in_flight(), 1);
+    assert!(
+        group.view.retired_len() <= 64,
+        "{}",
+        group.view.retired_len()
+    );
 }
 
 #[tokio::test(start_paused = true)]

@@ -262,7 +262,7 @@ async fn a_wake_up_stored_while_leading_does_not_cut_the_cooldown_short() {
     let step_down = a.step_down(G);
     tokio::pin!(step_down);
     assert!(futures_util::FutureExt::now_or_never(step_down.as_mut()).is_none());
-    a.group(G).unwrap().released.notify_one();
+    a.group(G).unwrap().control.released.notify_one();
     step_down.await.unwrap();
     stepped_down_then_elected(&mut events).await;
     assert_eq!(Instant::now() - before, TTL, "the cooldown ran its course");
