@@ -7,9 +7,9 @@ use std::task::{Context, Poll};
 
 use pin_project_lite::pin_project;
 
-use crate::current::Handle;
+use crate::admission::{admit, run_admitted, GroupRef};
 use crate::global;
-use crate::group::{admit, run_admitted, Group};
+use crate::group::Group;
 
 /// One per gated call site (a `static`): the group and its cached handle.
 pub struct CallSite {
@@ -106,7 +106,7 @@ where
         },
         None => Gated::NotLeader,
         Some(admitted) if !cancel_on_loss => Gated::Run {
-            body: Handle::scope(admitted, body),
+            body: GroupRef::scope(admitted, body),
         },
         Some(admitted) => Gated::CancelOnLoss {
             body: Box::pin(run_admitted(admitted, true, body)),
@@ -158,8 +158,8 @@ where
 {
     match site.cached() {
         Some(group) if !group.control.is_forgotten() => {
-            Some(Handle::scope_sync(admit(&**group)?, body))
+            Some(GroupRef::scope_sync(admit(&**group)?, body))
         }
-        _ => Some(Handle::scope_sync(admit(site.lookup_sync()?)?, body)),
+        _ => Some(GroupRef::scope_sync(admit(site.lookup_sync()?)?, body)),
     }
 }

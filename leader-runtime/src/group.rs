@@ -2,8 +2,6 @@
 //! what the election and the gate share.
 
 use std::collections::VecDeque;
-use std::future::Future;
-use std::ops::Deref;
 use std::sync::atomic::{
     AtomicBool, AtomicU64, AtomicUsize, Ordering::Acquire, Ordering::Relaxed, Ordering::SeqCst,
 };
@@ -15,10 +13,9 @@ use tokio::sync::{oneshot, Notify, SetOnce};
 use tokio::time::Instant;
 
 use crate::clock;
-use crate::current::Handle;
 use crate::lease::{Lease, Tenure};
 use crate::stats::Counters;
-use crate::status::Observed;
+use crate::status::{GroupStatus, Observed};
 use crate::Result;
 
 /// A request to a group's election task.
@@ -144,6 +141,17 @@ impl Group {
         self.view.current.load_full()
     }
 
+    /// A snapshot of this group as `instance_id` sees it now.
+    pub(crate) fn status(&self, instance_id: &str) -> GroupStatus {
+        let tenure = self.tenure().filter(|t| t.is_valid_now());
+        self.observed.snapshot(
+            &self.name,
+            tenure.as_deref(),
+            self.control.eligible(),
+            instance_id,
+        )
+    }
+
     /// Start a leadership: publish the view and admit gated runs.
     pub(crate) fn begin(&self, tenure: Arc<Tenure>) {
         let view = &self.view;
@@ -191,16 +199,6 @@ impl Group {
                 tracing::warn!(group = %self.name, "a gated run has been in flight across {MAX_RETIRED} leaderships; current_lease() inside the oldest runs now returns None");
             }
         }
-    }
-
-    /// Run an async gated body: `None` when not leader, or when
-    /// `cancel_on_loss` and the leadership ended before the body finished.
-    pub(crate) async fn run<F: Future>(
-        self: &Arc<Self>,
-        cancel_on_loss: bool,
-        body: F,
-    ) -> Option<F::Output> {
-        run_admitted(admit(self.clone())?, cancel_on_loss, body).await
     }
 }
 
@@ -422,78 +420,6 @@ impl Drop for MailboxRx {
         let mut queue = self.0.queue();
         self.0.closed.store(true, SeqCst);
         queue.clear();
-    }
-}
-
-/// Admit one gated run if this instance leads `group`, the view is valid now
-/// and the group is not draining. The gate's hot path: on a follower one
-/// atomic load; on a leader two atomic read-modify-writes (count in, and out
-/// on drop), a few loads and one read of the monotonic clock (the kernel's
-/// coarse one, the precise one near the view's end: see [`clock`]). No lock,
-/// no allocation, and with a call site's `&'static Group` no reference count.
-#[inline]
-pub(crate) fn admit<G: Deref<Target = Group>>(group: G) -> Option<Admitted<G>> {
-    if !group.view.is_open() {
-        return None; // not leader: no clock read
-    }
-    // Count first, then check: a drain that stopped admitting before our
-    // check waits for us; one that stopped it after sees us.
-    group.runs.enter();
-    let mut admitted = Admitted { group, token: 0 };
-    // Dropping `admitted` undoes the count.
-    let group = &*admitted.group;
-    if !group.runs.admitting() {
-        return None;
-    }
-    if !group.view.holds() {
-        return None;
-    }
-    // Stored before the view (and its fast deadline), so at least as new
-    // as the view just read.
-    admitted.token = group.view.token();
-    Some(admitted)
-}
-
-/// A gated run in flight in `group` (a call site's `&'static Group` or an
-/// `Arc<Group>`), admitted under the leadership with `token`. The body runs
-/// in its scope (how `current_lease` finds its lease: see
-/// [`current`](crate::current)), and dropping it lets a drain proceed.
-pub(crate) struct Admitted<G: Deref<Target = Group>> {
-    pub(crate) group: G,
-    pub(crate) token: u64,
-}
-
-impl<G: Deref<Target = Group>> Drop for Admitted<G> {
-    #[inline]
-    fn drop(&mut self) {
-        self.group.runs.leave();
-    }
-}
-
-/// Run an async gated body under `admitted`: `None` when `cancel_on_loss`
-/// and the leadership ended before the body finished. The body enters its
-/// scope here, before anything is returned, so that the admission is never
-/// held apart from it: dropped unpolled or not, the body goes first.
-pub(crate) fn run_admitted<G: Handle, F: Future>(
-    admitted: Admitted<G>,
-    cancel_on_loss: bool,
-    body: F,
-) -> impl Future<Output = Option<F::Output>> {
-    let lease = cancel_on_loss.then(|| admitted.group.lease(admitted.token));
-    let body = G::scope(admitted, body);
-    async move {
-        let lease = match lease {
-            None => return Some(body.await),
-            Some(lease) => lease?,
-        };
-        tokio::select! {
-            biased;
-            out = body => Some(out),
-            _ = lease.lost() => {
-                tracing::warn!(group = lease.group(), token = lease.token(), "leadership ended mid-run; gated body cancelled");
-                None
-            }
-        }
     }
 }
 

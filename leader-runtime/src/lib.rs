@@ -399,12 +399,12 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
+mod admission;
 mod backend;
 mod clock;
 mod config;
 #[cfg(feature = "cron")]
 pub mod cron;
-mod current;
 mod election;
 mod error;
 mod events;
@@ -532,7 +532,7 @@ pub async fn step_down(group: &str) -> Result<()> {
 /// }
 /// ```
 pub fn current_lease() -> Option<Lease> {
-    current::current_lease()
+    admission::current_lease()
 }
 
 /// Counters of `group` on the current runtime; `None` if never used.

@@ -11,6 +11,7 @@ use tokio::sync::{broadcast, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::admission;
 use crate::backend::{Backend, NoticeSink, RedisBackend, EVERY_GROUP};
 use crate::config::{BackendConfig, Config};
 use crate::election::{self, Callback, Ctx};
@@ -19,7 +20,7 @@ use crate::group::{self, Command, Group};
 use crate::lease::Lease;
 use crate::names::{release_channel, validate_group, GroupKeys};
 use crate::stats::Stats;
-use crate::status::{self, GroupStatus};
+use crate::status::GroupStatus;
 use crate::{Error, Result};
 
 tokio::task_local! {
@@ -320,7 +321,7 @@ impl Runtime {
                 return None;
             }
         };
-        group.run(false, f()).await
+        admission::run(&group, false, f()).await
     }
 
     /// Hand the lease of `group` to another instance: stop admitting gated
@@ -381,7 +382,7 @@ impl Runtime {
     /// for the drain. It returns at once then, and the release follows when
     /// the body has returned.
     async fn await_hand_over(group: &Group, answer: oneshot::Receiver<Result<()>>) -> Result<()> {
-        if crate::current::inside(group) {
+        if crate::admission::inside(group) {
             tracing::debug!(group = %group.name, "hand-over asked from inside its own gated body: it completes when the body returns");
             return Ok(());
         }
@@ -465,7 +466,7 @@ impl Runtime {
     /// # }
     /// ```
     pub fn current_lease(&self) -> Option<Lease> {
-        crate::current::current_lease()
+        crate::admission::current_lease()
     }
 
     /// Counters of `group` on this instance; `None` if the group was never used.
@@ -548,7 +549,7 @@ impl Runtime {
             .collect();
         let mut status: Vec<GroupStatus> = groups
             .iter()
-            .map(|g| status::of(g, self.instance_id()))
+            .map(|g| g.status(self.instance_id()))
             .collect();
         status.sort_by(|a, b| a.group.cmp(&b.group));
         status
@@ -707,7 +708,7 @@ impl Runtime {
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .values()
-            .any(|g| crate::current::inside(g));
+            .any(|g| crate::admission::inside(g));
         if inside_own_body {
             tracing::debug!("shutdown asked from inside a gated body: its group hands over when the body returns");
             return;

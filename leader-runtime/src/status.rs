@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::group::Group;
+use crate::lease::Tenure;
 use crate::Error;
 
 /// One group's state on this instance, as [`status`](crate::status) and
@@ -112,34 +112,38 @@ impl Observed {
         self.state().failing = false;
     }
 
+    /// A snapshot of the group named `group` as `instance_id` sees it now:
+    /// `tenure` is its leadership if its view holds, `eligible` its
+    /// eligibility flag.
+    pub(crate) fn snapshot(
+        &self,
+        group: &str,
+        tenure: Option<&Tenure>,
+        eligible: bool,
+        instance_id: &str,
+    ) -> GroupStatus {
+        let state = self.state();
+        let leader_id = match tenure {
+            Some(_) => Some(instance_id.to_owned()),
+            None => state.holder.as_deref().map(str::to_owned),
+        };
+        GroupStatus {
+            group: group.to_owned(),
+            is_leader: tenure.is_some(),
+            leader_id,
+            token: tenure.map(|t| t.token()),
+            valid_for: tenure.map(|t| t.valid_until().saturating_duration_since(Instant::now())),
+            eligible,
+            failing: state.failing,
+            last_error: state.last_error.clone(),
+        }
+    }
+
     /// A backend call failed.
     pub(crate) fn failed(&self, e: &Error) {
         let mut state = self.state();
         state.failing = true;
         state.last_error = Some(e.to_string());
-    }
-}
-
-/// A snapshot of `group` as `instance_id` sees it now.
-pub(crate) fn of(group: &Group, instance_id: &str) -> GroupStatus {
-    let tenure = group.tenure().filter(|t| t.is_valid_now());
-    let observed = &group.observed;
-    let state = observed.state();
-    let leader_id = match &tenure {
-        Some(_) => Some(instance_id.to_owned()),
-        None => state.holder.as_deref().map(str::to_owned),
-    };
-    GroupStatus {
-        group: group.name.to_string(),
-        is_leader: tenure.is_some(),
-        leader_id,
-        token: tenure.as_ref().map(|t| t.token()),
-        valid_for: tenure
-            .as_ref()
-            .map(|t| t.valid_until().saturating_duration_since(Instant::now())),
-        eligible: group.control.eligible(),
-        failing: state.failing,
-        last_error: state.last_error.clone(),
     }
 }
 

@@ -501,12 +501,11 @@ async fn cancel_on_loss_stops_the_body() {
     assert!(a.run_if_leader(G, || async {}).await.is_some());
     let group = a.group(G).unwrap();
     mem.set_available(false);
-    let out = group
-        .run(true, async {
-            sleep(Duration::from_secs(60)).await;
-            1
-        })
-        .await;
+    let out = crate::admission::run(&group, true, async {
+        sleep(Duration::from_secs(60)).await;
+        1
+    })
+    .await;
     assert_eq!(out, None);
     advance(Duration::from_millis(1)).await;
     assert!(!a.is_leader(G));

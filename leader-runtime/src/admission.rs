@@ -1,5 +1,9 @@
-//! Which gated run the running code belongs to: what
+//! Admission of gated runs, and the scope a gated body runs in: what
 //! [`current_lease`](crate::current_lease) answers.
+//!
+//! [`admit`] is the gate's hot path: it counts a run in and checks the
+//! group's view, and the [`Admitted`] it returns counts the run out when
+//! dropped (a drain waits for that).
 //!
 //! A gated body runs inside the scope of its admission: while it is polled,
 //! called, or dropped. The gate's hot path admits through a call site's
@@ -27,8 +31,91 @@ use std::task::{Context, Poll};
 
 use pin_project_lite::pin_project;
 
-use crate::group::{Admitted, Group};
+use crate::group::Group;
 use crate::lease::Lease;
+
+/// Admit one gated run if this instance leads `group`, the view is valid now
+/// and the group is not draining. The gate's hot path: on a follower one
+/// atomic load; on a leader two atomic read-modify-writes (count in, and out
+/// on drop), a few loads and one read of the monotonic clock (the kernel's
+/// coarse one, the precise one near the view's end: see [`clock`]). No lock,
+/// no allocation, and with a call site's `&'static Group` no reference count.
+#[inline]
+pub(crate) fn admit<G: Deref<Target = Group>>(group: G) -> Option<Admitted<G>> {
+    if !group.view.is_open() {
+        return None; // not leader: no clock read
+    }
+    // Count first, then check: a drain that stopped admitting before our
+    // check waits for us; one that stopped it after sees us.
+    group.runs.enter();
+    let mut admitted = Admitted { group, token: 0 };
+    // Dropping `admitted` undoes the count.
+    let group = &*admitted.group;
+    if !group.runs.admitting() {
+        return None;
+    }
+    if !group.view.holds() {
+        return None;
+    }
+    // Stored before the view (and its fast deadline), so at least as new
+    // as the view just read.
+    admitted.token = group.view.token();
+    Some(admitted)
+}
+
+/// A gated run in flight in `group` (a call site's `&'static Group` or an
+/// `Arc<Group>`), admitted under the leadership with `token`. The body runs
+/// in its scope (how `current_lease` finds its lease: see the module
+/// docs), and dropping it lets a drain proceed.
+pub(crate) struct Admitted<G: Deref<Target = Group>> {
+    pub(crate) group: G,
+    pub(crate) token: u64,
+}
+
+impl<G: Deref<Target = Group>> Drop for Admitted<G> {
+    #[inline]
+    fn drop(&mut self) {
+        self.group.runs.leave();
+    }
+}
+
+/// Run an async gated body under `admitted`: `None` when `cancel_on_loss`
+/// and the leadership ended before the body finished. The body enters its
+/// scope here, before anything is returned, so that the admission is never
+/// held apart from it: dropped unpolled or not, the body goes first.
+pub(crate) fn run_admitted<G: GroupRef, F: Future>(
+    admitted: Admitted<G>,
+    cancel_on_loss: bool,
+    body: F,
+) -> impl Future<Output = Option<F::Output>> {
+    let lease = cancel_on_loss.then(|| admitted.group.lease(admitted.token));
+    let body = G::scope(admitted, body);
+    async move {
+        let lease = match lease {
+            None => return Some(body.await),
+            Some(lease) => lease?,
+        };
+        tokio::select! {
+            biased;
+            out = body => Some(out),
+            _ = lease.lost() => {
+                tracing::warn!(group = lease.group(), token = lease.token(), "leadership ended mid-run; gated body cancelled");
+                None
+            }
+        }
+    }
+}
+
+/// Run an async gated body through a shared group handle: `None` when not
+/// leader, or when `cancel_on_loss` and the leadership ended before the body
+/// finished.
+pub(crate) async fn run<F: Future>(
+    group: &Arc<Group>,
+    cancel_on_loss: bool,
+    body: F,
+) -> Option<F::Output> {
+    run_admitted(admit(group.clone())?, cancel_on_loss, body).await
+}
 
 /// The gated run on this thread, as far as `current_lease` needs it.
 #[derive(Clone, Copy)]
@@ -95,8 +182,9 @@ impl Drop for Enter {
     }
 }
 
-/// A group handle an admission can hold, and how a body enters its scope.
-pub(crate) trait Handle: Deref<Target = Group> + Sized {
+/// A reference to a group that an admission can hold (a call site's
+/// `&'static Group` or a shared `Arc<Group>`), and how a body enters its scope.
+pub(crate) trait GroupRef: Deref<Target = Group> + Sized {
     /// What `current_lease` finds in the scope of `admitted`.
     fn current(admitted: &Admitted<Self>) -> Current;
 
@@ -108,7 +196,7 @@ pub(crate) trait Handle: Deref<Target = Group> + Sized {
 }
 
 /// A call site's cached group: the scope is the thread-local alone.
-impl Handle for &'static Group {
+impl GroupRef for &'static Group {
     #[inline]
     fn current(admitted: &Admitted<Self>) -> Current {
         Current::Cached(admitted.group, admitted.token)
@@ -134,7 +222,7 @@ impl Handle for &'static Group {
 
 /// A shared handle: the thread-local points to the task-local, which holds
 /// a clone of the handle (the slow path: one reference count more).
-impl Handle for Arc<Group> {
+impl GroupRef for Arc<Group> {
     fn current(_: &Admitted<Self>) -> Current {
         Current::Shared
     }
@@ -161,7 +249,7 @@ pin_project! {
     /// scope entered, and if dropped before it finished, dropped inside it;
     /// `admitted` goes after the body (fields drop in this order).
     #[project = ScopedProj]
-    struct Scoped<F, G: Handle> {
+    struct Scoped<F, G: GroupRef> {
         #[pin]
         body: F,
         admitted: Admitted<G>,
@@ -173,7 +261,7 @@ pin_project! {
         exit: Option<Enter>,
     }
 
-    impl<F, G: Handle> PinnedDrop for Scoped<F, G> {
+    impl<F, G: GroupRef> PinnedDrop for Scoped<F, G> {
         fn drop(this: Pin<&mut Self>) {
             let this = this.project();
             // A finished body (an async block) has nothing left to drop: no
@@ -185,7 +273,7 @@ pin_project! {
     }
 }
 
-impl<F: Future, G: Handle> Future for Scoped<F, G> {
+impl<F: Future, G: GroupRef> Future for Scoped<F, G> {
     type Output = F::Output;
 
     #[inline]
