@@ -200,11 +200,10 @@ impl Election {
                 _ = self.ctx.stop.cancelled() => return false,
                 cmd = self.commands.recv() => match cmd {
                     // Not leader: nothing to hand over.
-                    Some(Command::StepDown(reply)) => { let _ = reply.send(Ok(())); }
-                    Some(Command::Forget(reply)) => { let _ = reply.send(Ok(())); return false; }
+                    Command::StepDown(reply) => { let _ = reply.send(Ok(())); }
+                    Command::Forget(reply) => { let _ = reply.send(Ok(())); return false; }
                     // Re-enter the loop: it checks the new eligibility.
-                    Some(Command::SetEligible(_, reply)) => { let _ = reply.send(Ok(())); return true; }
-                    None => return false,
+                    Command::SetEligible(_, reply) => { let _ = reply.send(Ok(())); return true; }
                 },
                 _ = self.group.control.released.notified() => return true,
                 _ = sleep_until(deadline) => return true,
@@ -231,14 +230,13 @@ impl Election {
                 biased;
                 _ = self.ctx.stop.cancelled() => return false,
                 cmd = self.commands.recv() => match cmd {
-                    Some(Command::StepDown(reply) | Command::SetEligible(_, reply)) => {
+                    Command::StepDown(reply) | Command::SetEligible(_, reply) => {
                         let _ = reply.send(Ok(()));
                     }
-                    Some(Command::Forget(reply)) => {
+                    Command::Forget(reply) => {
                         let _ = reply.send(Ok(()));
                         return false;
                     }
-                    None => return false,
                 },
             }
         }
@@ -290,7 +288,7 @@ impl Election {
                     return Flow::Stop;
                 }
                 cmd = self.commands.recv() => match cmd {
-                    Some(Command::StepDown(reply)) => {
+                    Command::StepDown(reply) => {
                         let result = self.hand_over(tenure, valid_until, LostReason::SteppedDown).await;
                         self.cooldown_until = Some(Instant::now() + ttl);
                         // A wake-up stored while we led (a reconnect notice
@@ -299,20 +297,16 @@ impl Election {
                         let _ = reply.send(result);
                         return Flow::Campaign;
                     }
-                    Some(Command::SetEligible(true, reply)) => { let _ = reply.send(Ok(())); }
-                    Some(Command::SetEligible(false, reply)) => {
+                    Command::SetEligible(true, reply) => { let _ = reply.send(Ok(())); }
+                    Command::SetEligible(false, reply) => {
                         // Out of the race: hand over like a step-down, then sit out.
                         let result = self.hand_over(tenure, valid_until, LostReason::SteppedDown).await;
                         let _ = reply.send(result);
                         return Flow::Campaign;
                     }
-                    Some(Command::Forget(reply)) => {
+                    Command::Forget(reply) => {
                         let result = self.hand_over(tenure, valid_until, LostReason::SteppedDown).await;
                         let _ = reply.send(result);
-                        return Flow::Stop;
-                    }
-                    None => {
-                        let _ = self.hand_over(tenure, valid_until, LostReason::Shutdown).await;
                         return Flow::Stop;
                     }
                 },

@@ -383,7 +383,7 @@ pub(crate) struct Mailbox(Arc<MailboxShared>);
 
 impl Mailbox {
     /// Queue `command` for the election; gives it back once the election has ended.
-    pub(crate) async fn send(&self, command: Command) -> std::result::Result<(), Command> {
+    pub(crate) fn send(&self, command: Command) -> std::result::Result<(), Command> {
         let mut queue = self.0.queue();
         if self.0.closed.load(SeqCst) {
             return Err(command);
@@ -402,12 +402,11 @@ pub(crate) struct MailboxRx(Arc<MailboxShared>);
 
 impl MailboxRx {
     /// The next command. Cancel safe: a command leaves the queue only when
-    /// returned. Never `None` (the group holds the sender), like the channel
-    /// it replaces while its sender lives.
-    pub(crate) async fn recv(&mut self) -> Option<Command> {
+    /// returned.
+    pub(crate) async fn recv(&mut self) -> Command {
         loop {
             if let Some(command) = self.0.queue().pop_front() {
-                return Some(command);
+                return command;
             }
             // `notify_one` leaves a permit when nobody waits: no lost wake-up.
             self.0.notify.notified().await;

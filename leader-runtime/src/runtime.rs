@@ -372,7 +372,6 @@ impl Runtime {
             .control
             .commands
             .send(Command::StepDown(reply))
-            .await
             .map_err(|_| Error::ShutDown)?;
         Self::await_hand_over(&group, answer).await
     }
@@ -433,13 +432,7 @@ impl Runtime {
         };
         group.control.forget();
         let (reply, answer) = oneshot::channel();
-        if group
-            .control
-            .commands
-            .send(Command::Forget(reply))
-            .await
-            .is_err()
-        {
+        if group.control.commands.send(Command::Forget(reply)).is_err() {
             return Ok(()); // the election has ended already
         }
         Self::await_hand_over(&group, answer).await
@@ -645,7 +638,6 @@ impl Runtime {
             .control
             .commands
             .send(Command::SetEligible(eligible, reply))
-            .await
             .map_err(|_| Error::ShutDown)?;
         Self::await_hand_over(&group, answer).await
     }
