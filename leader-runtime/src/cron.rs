@@ -68,7 +68,7 @@ use croner::Cron;
 use tokio_cron_scheduler::Job;
 
 use crate::names::validate_group;
-use crate::{global, runtime, Error, Lease, Result, Runtime};
+use crate::{global, Error, Lease, Result, Runtime};
 
 /// Default [`JobBuilder::tolerance`].
 ///
@@ -317,7 +317,7 @@ impl JobBuilder {
                 .join("_"),
         };
         let offset = TimeDelta::milliseconds(self.clock_offset_ms);
-        let runtime = self.runtime.or_else(runtime::scoped);
+        let runtime = self.runtime.or_else(global::scoped);
         let tolerance = TimeDelta::from_std(self.tolerance).unwrap_or(TimeDelta::MAX);
         let shared = Shared {
             group: self.group,

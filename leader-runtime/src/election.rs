@@ -3,38 +3,19 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{broadcast, mpsc};
 use tokio::time::{sleep_until, Instant};
-use tokio_util::sync::CancellationToken;
 
-use crate::backend::{Acquire, Backend, Op, Renew, SafeStart};
-use crate::config::Config;
+use crate::backend::{Acquire, Op, Renew, SafeStart};
+use crate::ctx::{Callback, Ctx};
 use crate::events::{Event, LostReason};
 use crate::group::{Command, Group, MailboxRx};
 use crate::lease::{Lease, Tenure};
 use crate::names::GroupKeys;
 use crate::{jitter, metrics, Error, Result};
-
-/// What every election of one runtime shares.
-pub(crate) struct Ctx {
-    pub(crate) backend: Backend,
-    pub(crate) config: Config,
-    pub(crate) events: broadcast::Sender<Event>,
-    pub(crate) callbacks: mpsc::UnboundedSender<Callback>,
-    pub(crate) stop: CancellationToken,
-    pub(crate) notices_up: Arc<AtomicBool>,
-    pub(crate) release_channel: String,
-}
-
-/// A user callback, run on the callbacks' own thread (see `runtime.rs`).
-pub(crate) enum Callback {
-    Elected(Arc<str>, Lease),
-    Lost(Arc<str>, LostReason),
-}
 
 /// The acquisition that starts a leadership.
 struct Won {

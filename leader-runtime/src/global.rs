@@ -1,10 +1,21 @@
-//! The process-wide runtime behind the free functions.
+//! Which runtime is current: the one [`Runtime::scope`] made current on
+//! this task, else the process-wide one behind the free functions (set by
+//! [`init`], or from the environment on first use).
 
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock, PoisonError};
 
-use crate::runtime::{self, Runtime};
+use crate::runtime::Runtime;
 use crate::{Config, Error, Result};
+
+tokio::task_local! {
+    static CURRENT_RUNTIME: Runtime;
+}
+
+/// Whether [`Runtime::scope`] was ever called: until then no task can have a
+/// scoped runtime, and the gate skips looking for one.
+static SCOPES_USED: AtomicBool = AtomicBool::new(false);
 
 static GLOBAL: OnceLock<Runtime> = OnceLock::new();
 static AUTO_INIT: Mutex<()> = Mutex::new(());
@@ -85,18 +96,58 @@ fn from_env() -> Result<Runtime> {
     Runtime::new(Config::builder().redis_url(url).build()?)
 }
 
+// Defined here rather than in `runtime.rs`: the task-local is this module's.
+impl Runtime {
+    /// Make this runtime the current one for `fut`: gated functions and the
+    /// free functions called inside use it instead of the global runtime.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use leader_runtime::{leader_only, Config, MemoryBackend, Runtime};
+    ///
+    /// #[leader_only(group = "jobs")]
+    /// async fn job() -> &'static str { "ran" }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), leader_runtime::Error> {
+    /// let runtime = Runtime::new(Config::builder().memory(MemoryBackend::new()).build()?)?;
+    /// assert_eq!(runtime.scope(job()).await, Some("ran"));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn scope<F: Future>(&self, fut: F) -> impl Future<Output = F::Output> {
+        SCOPES_USED.store(true, Ordering::Release);
+        CURRENT_RUNTIME.scope(self.clone(), fut)
+    }
+}
+
+/// The runtime made current by [`Runtime::scope`] on this task, if any.
+pub(crate) fn scoped() -> Option<Runtime> {
+    CURRENT_RUNTIME.try_with(Runtime::clone).ok()
+}
+
+/// The id of the scoped runtime, without cloning it.
+#[inline]
+fn scoped_id() -> Option<u64> {
+    if !SCOPES_USED.load(Ordering::Acquire) {
+        return None;
+    }
+    CURRENT_RUNTIME.try_with(Runtime::id).ok()
+}
+
 /// The runtime of this task: the scoped one, else the global one.
 pub(crate) fn current() -> Option<Runtime> {
-    runtime::scoped().or_else(|| global().cloned())
+    scoped().or_else(|| global().cloned())
 }
 
 /// The id of the runtime of this task, without cloning it.
 #[inline]
 pub(crate) fn current_id() -> Option<u64> {
-    runtime::scoped_id().or_else(|| global().map(Runtime::id))
+    scoped_id().or_else(|| global().map(Runtime::id))
 }
 
-/// The global runtime if it exists, without initialising it.
-pub(crate) fn existing() -> Option<&'static Runtime> {
-    GLOBAL.get()
+/// The runtime of this task, without initialising the global one.
+pub(crate) fn current_existing() -> Option<Runtime> {
+    scoped().or_else(|| GLOBAL.get().cloned())
 }

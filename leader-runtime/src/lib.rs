@@ -405,6 +405,7 @@ mod clock;
 mod config;
 #[cfg(feature = "cron")]
 pub mod cron;
+mod ctx;
 mod election;
 mod error;
 mod events;
@@ -652,8 +653,7 @@ pub async fn forget(group: &str) -> Result<()> {
 /// # Ok(()) }
 /// ```
 pub async fn shutdown() {
-    let runtime = runtime::scoped().or_else(|| global::existing().cloned());
-    if let Some(runtime) = runtime {
+    if let Some(runtime) = global::current_existing() {
         runtime.shutdown().await;
     }
 }

@@ -2,36 +2,27 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, PoisonError, RwLock, Weak};
+use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
 
 use tokio::runtime::Handle;
-use tokio::sync::{broadcast, mpsc, oneshot};
-use tokio_util::sync::CancellationToken;
+use tokio::sync::{broadcast, oneshot};
 use tokio_util::task::TaskTracker;
 
 use crate::admission;
-use crate::backend::{Backend, NoticeSink, RedisBackend, EVERY_GROUP};
-use crate::config::{BackendConfig, Config};
-use crate::election::{self, Callback, Ctx};
+use crate::backend::{NoticeSink, EVERY_GROUP};
+use crate::config::Config;
+use crate::ctx::Ctx;
+use crate::election;
 use crate::events::Event;
 use crate::group::{self, Command, Group};
 use crate::lease::Lease;
-use crate::names::{release_channel, validate_group, GroupKeys};
+use crate::names::{validate_group, GroupKeys};
 use crate::stats::Stats;
 use crate::status::GroupStatus;
 use crate::{Error, Result};
 
-tokio::task_local! {
-    static CURRENT_RUNTIME: Runtime;
-}
-
 static NEXT_RUNTIME_ID: AtomicU64 = AtomicU64::new(1);
-
-/// Whether [`Runtime::scope`] was ever called: until then no task can have a
-/// scoped runtime, and the gate skips looking for one.
-static SCOPES_USED: AtomicBool = AtomicBool::new(false);
 
 /// One instance's view of every group: elections, local views, events.
 ///
@@ -76,6 +67,21 @@ struct Shared {
     tasks: TaskTracker,
 }
 
+impl Shared {
+    fn groups(&self) -> RwLockReadGuard<'_, HashMap<Arc<str>, Arc<Group>>> {
+        self.groups.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn groups_mut(&self) -> RwLockWriteGuard<'_, HashMap<Arc<str>, Arc<Group>>> {
+        self.groups.write().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A registered group.
+    fn get(&self, name: &str) -> Option<Arc<Group>> {
+        self.groups().get(name).cloned()
+    }
+}
+
 impl Drop for Inner {
     fn drop(&mut self) {
         self.shared.ctx.stop.cancel();
@@ -87,7 +93,7 @@ impl std::fmt::Debug for Runtime {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Runtime")
             .field("instance_id", &self.instance_id())
-            .field("config", &self.inner.shared.ctx.config)
+            .field("config", self.config())
             .finish_non_exhaustive()
     }
 }
@@ -124,42 +130,17 @@ impl Runtime {
     pub fn new(config: Config) -> Result<Self> {
         let handle = Handle::try_current().map_err(|_| Error::NoTokioRuntime)?;
         let _guard = handle.enter();
-        let backend = match &config.backend {
-            BackendConfig::Redis(redis) => {
-                Backend::Redis(RedisBackend::new(redis, config.call_timeout)?)
-            }
-            BackendConfig::Memory(memory) => Backend::Memory(memory.clone()),
-        };
-        let (events, _) = broadcast::channel(1024);
-        let (callbacks, callback_rx) = mpsc::unbounded_channel();
-        let stop = CancellationToken::new();
-        let notices_up = Arc::new(AtomicBool::new(false));
-        let channel = release_channel(&config.key_prefix);
-        let ctx = Arc::new(Ctx {
-            backend: backend.clone(),
-            config: config.clone(),
-            events,
-            callbacks,
-            stop: stop.clone(),
-            notices_up: notices_up.clone(),
-            release_channel: channel.clone(),
-        });
+        let ctx = Arc::new(Ctx::new(config)?);
         let shared = Arc::new(Shared {
             ctx,
             groups: RwLock::new(HashMap::new()),
             handle: handle.clone(),
             tasks: TaskTracker::new(),
         });
-        if config.on_elected.is_some() || config.on_lost.is_some() {
-            spawn_callback_thread(config.clone(), callback_rx);
-        }
-        backend.spawn_notices(
-            channel,
-            notice_sink(Arc::downgrade(&shared)),
-            notices_up,
-            config.retry_interval,
-            stop,
-        );
+        shared
+            .ctx
+            .spawn_notices(notice_sink(Arc::downgrade(&shared)));
+        let config = &shared.ctx.config;
         tracing::debug!(instance = %config.instance_id, ?config, "leader runtime started");
         Ok(Self {
             inner: Arc::new(Inner {
@@ -190,7 +171,7 @@ impl Runtime {
     /// # }
     /// ```
     pub fn instance_id(&self) -> &str {
-        &self.inner.shared.ctx.config.instance_id
+        &self.config().instance_id
     }
 
     /// The configuration this runtime runs with.
@@ -208,7 +189,12 @@ impl Runtime {
     /// # }
     /// ```
     pub fn config(&self) -> &Config {
-        &self.inner.shared.ctx.config
+        &self.ctx().config
+    }
+
+    /// What every group of this runtime shares.
+    fn ctx(&self) -> &Arc<Ctx> {
+        &self.inner.shared.ctx
     }
 
     /// Whether this instance leads `group` right now. Sync and local: an
@@ -270,7 +256,7 @@ impl Runtime {
     /// [`Error::InvalidGroup`], or the backend's error or timeout.
     pub async fn leader_id(&self, group: &str) -> Result<Option<String>> {
         validate_group(group)?;
-        let ctx = &self.inner.shared.ctx;
+        let ctx = self.ctx();
         let keys = GroupKeys::new(&ctx.config.key_prefix, group);
         let limit = ctx.config.call_timeout;
         match tokio::time::timeout(limit, ctx.backend.holder(group, &keys)).await {
@@ -420,13 +406,7 @@ impl Runtime {
     /// (the lease expires by itself within one `ttl`).
     pub async fn forget(&self, group: &str) -> Result<()> {
         validate_group(group)?;
-        let removed = self
-            .inner
-            .shared
-            .groups
-            .write()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(group);
+        let removed = self.inner.shared.groups_mut().remove(group);
         let Some(group) = removed else {
             return Ok(());
         };
@@ -503,7 +483,7 @@ impl Runtime {
     /// # }
     /// ```
     pub fn subscribe(&self) -> broadcast::Receiver<Event> {
-        self.inner.shared.ctx.events.subscribe()
+        self.ctx().events.subscribe()
     }
 
     /// Each group this instance has used, sorted by name, with its state as
@@ -531,15 +511,7 @@ impl Runtime {
     /// # }
     /// ```
     pub fn status(&self) -> Vec<GroupStatus> {
-        let groups: Vec<Arc<Group>> = self
-            .inner
-            .shared
-            .groups
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .values()
-            .cloned()
-            .collect();
+        let groups: Vec<Arc<Group>> = self.inner.shared.groups().values().cloned().collect();
         let mut status: Vec<GroupStatus> = groups
             .iter()
             .map(|g| g.status(self.instance_id()))
@@ -566,7 +538,7 @@ impl Runtime {
     /// # }
     /// ```
     pub fn is_running(&self) -> bool {
-        !self.inner.shared.ctx.stop.is_cancelled()
+        !self.ctx().stop.is_cancelled()
     }
 
     /// Take this instance out of the race for `group` (`false`) or put it
@@ -652,7 +624,7 @@ impl Runtime {
         value: &str,
         ttl: std::time::Duration,
     ) -> Result<bool> {
-        let ctx = &self.inner.shared.ctx;
+        let ctx = self.ctx();
         let key = crate::names::tick_key(&ctx.config.key_prefix, group, tick);
         let limit = ctx.config.call_timeout;
         match tokio::time::timeout(limit, ctx.backend.claim(group, &key, value, ttl)).await {
@@ -696,9 +668,7 @@ impl Runtime {
         shared.ctx.stop.cancel();
         shared.tasks.close();
         let inside_own_body = shared
-            .groups
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
+            .groups()
             .values()
             .any(|g| crate::admission::inside(g));
         if inside_own_body {
@@ -706,29 +676,6 @@ impl Runtime {
             return;
         }
         shared.tasks.wait().await;
-    }
-
-    /// Make this runtime the current one for `fut`: gated functions and the
-    /// free functions called inside use it instead of the global runtime.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use leader_runtime::{leader_only, Config, MemoryBackend, Runtime};
-    ///
-    /// #[leader_only(group = "jobs")]
-    /// async fn job() -> &'static str { "ran" }
-    ///
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), leader_runtime::Error> {
-    /// let runtime = Runtime::new(Config::builder().memory(MemoryBackend::new()).build()?)?;
-    /// assert_eq!(runtime.scope(job()).await, Some("ran"));
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn scope<F: Future>(&self, fut: F) -> impl Future<Output = F::Output> {
-        SCOPES_USED.store(true, Ordering::Release);
-        CURRENT_RUNTIME.scope(self.clone(), fut)
     }
 
     /// A registered group, or register it and start its election.
@@ -747,10 +694,7 @@ impl Runtime {
         if shared.ctx.stop.is_cancelled() {
             return Err(Error::ShutDown);
         }
-        let mut groups = shared
-            .groups
-            .write()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut groups = shared.groups_mut();
         if let Some(group) = groups.get(name) {
             return Ok(group.clone());
         }
@@ -769,34 +713,14 @@ impl Runtime {
     /// The group, after its first acquisition round (bounded).
     pub(crate) async fn ready_group(&self, name: &str) -> Result<Arc<Group>> {
         let group = self.group(name)?;
-        let limit = self.inner.shared.ctx.config.call_timeout;
+        let limit = self.config().call_timeout;
         group.control.first_round(limit + limit / 2).await;
         Ok(group)
     }
 
     pub(crate) fn registered(&self, name: &str) -> Option<Arc<Group>> {
-        self.inner
-            .shared
-            .groups
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(name)
-            .cloned()
+        self.inner.shared.get(name)
     }
-}
-
-/// The runtime made current by [`Runtime::scope`] on this task, if any.
-pub(crate) fn scoped() -> Option<Runtime> {
-    CURRENT_RUNTIME.try_with(Runtime::clone).ok()
-}
-
-/// The id of the scoped runtime, without cloning it.
-#[inline]
-pub(crate) fn scoped_id() -> Option<u64> {
-    if !SCOPES_USED.load(Ordering::Acquire) {
-        return None;
-    }
-    CURRENT_RUNTIME.try_with(Runtime::id).ok()
 }
 
 /// Route release notices to the waiting group (ignoring our own).
@@ -811,53 +735,16 @@ fn notice_sink(shared: Weak<Shared>) -> NoticeSink {
         if group == EVERY_GROUP {
             // Leaders renew now. Followers go on pacing themselves (a wake-up
             // here would also cut short a step-down's cooldown).
-            let groups = shared.groups.read().unwrap_or_else(PoisonError::into_inner);
+            let groups = shared.groups();
             tracing::debug!("notice connection back: leaders check their lease");
             for group in groups.values().filter(|g| g.is_leader()) {
                 group.control.released.notify_one();
             }
             return;
         }
-        let group = shared
-            .groups
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(group)
-            .cloned();
-        if let Some(group) = group {
+        if let Some(group) = shared.get(group) {
             tracing::debug!(group = %group.name, by, "release notice");
             group.control.released.notify_one();
         }
     })
-}
-
-/// Run user callbacks on a thread of their own, in order, so a slow or
-/// blocking callback never delays an election (not even on a current-thread
-/// tokio runtime). A panicking callback is logged and does not stop the others.
-/// The thread ends when the last election (the last sender) is gone.
-fn spawn_callback_thread(config: Config, mut rx: mpsc::UnboundedReceiver<Callback>) {
-    let spawned = std::thread::Builder::new()
-        .name("leader-callbacks".to_owned())
-        .spawn(move || run_callbacks(&config, &mut rx));
-    if let Err(e) = spawned {
-        tracing::error!(error = %e, "could not start the callback thread; on_elected/on_lost will not be called");
-    }
-}
-
-fn run_callbacks(config: &Config, rx: &mut mpsc::UnboundedReceiver<Callback>) {
-    while let Some(callback) = rx.blocking_recv() {
-        let outcome = match &callback {
-            Callback::Elected(group, lease) => match &config.on_elected {
-                Some(f) => catch_unwind(AssertUnwindSafe(|| f(group, lease))),
-                None => Ok(()),
-            },
-            Callback::Lost(group, reason) => match &config.on_lost {
-                Some(f) => catch_unwind(AssertUnwindSafe(|| f(group, *reason))),
-                None => Ok(()),
-            },
-        };
-        if outcome.is_err() {
-            tracing::error!("an on_elected/on_lost callback panicked");
-        }
-    }
 }
