@@ -705,7 +705,7 @@ impl ConfigBuilder {
     /// characters; the key prefix is not `[A-Za-z0-9._:-]{1,128}`.
     pub fn build(self) -> Result<Config> {
         let backend = self.backend.ok_or_else(|| {
-            config_err(
+            Error::config(
             "redis_url",
             "is required: set .redis_url(\"redis://host:6379\") or .memory(MemoryBackend::new())",
         )
@@ -718,7 +718,7 @@ impl ConfigBuilder {
             }
             BackendConfig::Memory(_) => {
                 if let Some(option) = self.redis.first_set() {
-                    return Err(config_err(option, "needs a Redis backend, not memory"));
+                    return Err(Error::config(option, "needs a Redis backend, not memory"));
                 }
             }
         }
@@ -729,10 +729,10 @@ impl ConfigBuilder {
         non_zero("renew_interval", renew_interval)?;
         non_zero("retry_interval", retry_interval)?;
         if ttl < Duration::from_millis(10) {
-            return Err(config_err("ttl", "must be at least 10ms"));
+            return Err(Error::config("ttl", "must be at least 10ms"));
         }
         if renew_interval >= ttl {
-            return Err(config_err(
+            return Err(Error::config(
                 "renew_interval",
                 format!("must be shorter than ttl ({renew_interval:?} >= {ttl:?})"),
             ));
@@ -741,7 +741,7 @@ impl ConfigBuilder {
             .drift_margin
             .unwrap_or(ttl / 100 + Duration::from_millis(2));
         if drift_margin >= ttl - renew_interval {
-            return Err(config_err(
+            return Err(Error::config(
                 "drift_margin",
                 format!(
                     "must be smaller than ttl - renew_interval ({drift_margin:?} >= {:?})",
@@ -758,7 +758,7 @@ impl ConfigBuilder {
         };
         non_zero("call_timeout", call_timeout)?;
         if renew_interval + call_timeout >= ttl - drift_margin {
-            return Err(config_err(
+            return Err(Error::config(
                 "call_timeout",
                 format!(
                     "plus renew_interval must fit inside ttl - drift_margin \
@@ -769,10 +769,10 @@ impl ConfigBuilder {
         }
         let instance_id = self.instance_id.unwrap_or_else(default_instance_id);
         if instance_id.is_empty() || instance_id.len() > 256 {
-            return Err(config_err("instance_id", "must be 1 to 256 bytes long"));
+            return Err(Error::config("instance_id", "must be 1 to 256 bytes long"));
         }
         if instance_id.chars().any(char::is_control) {
-            return Err(config_err(
+            return Err(Error::config(
                 "instance_id",
                 "must not contain control characters",
             ));
@@ -796,16 +796,9 @@ impl ConfigBuilder {
     }
 }
 
-fn config_err(field: &'static str, rule: impl Into<String>) -> Error {
-    Error::Config {
-        field,
-        rule: rule.into(),
-    }
-}
-
 fn non_zero(field: &'static str, d: Duration) -> Result<()> {
     if d.is_zero() {
-        Err(config_err(field, "must be greater than zero"))
+        Err(Error::config(field, "must be greater than zero"))
     } else {
         Ok(())
     }

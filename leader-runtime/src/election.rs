@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tokio::time::{sleep_until, Instant};
 
-use crate::backend::{Acquire, Op, Renew, SafeStart};
+use crate::backend::{self, Acquire, Op, Renew, SafeStart};
 use crate::ctx::{Callback, Ctx};
 use crate::events::{Event, LostReason};
 use crate::group::{Command, Group, MailboxRx};
@@ -93,16 +93,7 @@ impl Election {
         limit: Duration,
         fut: impl Future<Output = Result<T>> + 'a,
     ) -> impl Future<Output = Result<T>> + 'a {
-        let fut = Box::pin(fut);
-        async move {
-            match tokio::time::timeout(limit, fut).await {
-                Ok(r) => r,
-                Err(_) => Err(Error::Timeout {
-                    group: self.group.name.to_string(),
-                    after: limit,
-                }),
-            }
-        }
+        backend::within(&self.group.name, limit, Box::pin(fut))
     }
 
     /// Campaign until we win (`Some`) or the runtime stops (`None`).

@@ -88,6 +88,16 @@ pub enum Error {
     },
 }
 
+impl Error {
+    /// A [`Error::Config`]: `field` (the builder method) broke `rule`.
+    pub(crate) fn config(field: &'static str, rule: impl Into<String>) -> Self {
+        Error::Config {
+            field,
+            rule: rule.into(),
+        }
+    }
+}
+
 /// `Result` with [`Error`] as the default error type.
 ///
 /// # Examples

@@ -10,7 +10,7 @@ use tokio::sync::{broadcast, oneshot};
 use tokio_util::task::TaskTracker;
 
 use crate::admission;
-use crate::backend::{NoticeSink, EVERY_GROUP};
+use crate::backend::{self, NoticeSink, EVERY_GROUP};
 use crate::config::Config;
 use crate::ctx::Ctx;
 use crate::election;
@@ -259,13 +259,7 @@ impl Runtime {
         let ctx = self.ctx();
         let keys = GroupKeys::new(&ctx.config.key_prefix, group);
         let limit = ctx.config.call_timeout;
-        match tokio::time::timeout(limit, ctx.backend.holder(group, &keys)).await {
-            Ok(r) => r,
-            Err(_) => Err(Error::Timeout {
-                group: group.to_owned(),
-                after: limit,
-            }),
-        }
+        backend::within(group, limit, ctx.backend.holder(group, &keys)).await
     }
 
     /// Run `f` if this instance leads `group`: `Some(output)` when it ran,
@@ -627,13 +621,7 @@ impl Runtime {
         let ctx = self.ctx();
         let key = crate::names::tick_key(&ctx.config.key_prefix, group, tick);
         let limit = ctx.config.call_timeout;
-        match tokio::time::timeout(limit, ctx.backend.claim(group, &key, value, ttl)).await {
-            Ok(r) => r,
-            Err(_) => Err(Error::Timeout {
-                group: group.to_owned(),
-                after: limit,
-            }),
-        }
+        backend::within(group, limit, ctx.backend.claim(group, &key, value, ttl)).await
     }
 
     /// Release every held lease (after draining gated runs) and stop all

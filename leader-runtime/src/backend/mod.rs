@@ -9,6 +9,7 @@ mod batch;
 mod memory;
 mod redis;
 
+use std::future::Future;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 pub use self::memory::{MemoryBackend, MemorySnapshot};
 pub(crate) use self::redis::{RedisBackend, RedisConfig, RedisOptions};
 use crate::names::GroupKeys;
-use crate::Result;
+use crate::{Error, Result};
 
 /// What an acquire found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -89,6 +90,22 @@ pub(crate) type NoticeSink = Arc<dyn Fn(&str, &str) + Send + Sync>;
 pub(crate) const EVERY_GROUP: &str = "*";
 
 /// One group's operation, as the backend sees it.
+/// A backend call for `group`, bounded by `limit`: [`Error::Timeout`]
+/// after that.
+pub(crate) async fn within<T>(
+    group: &str,
+    limit: Duration,
+    call: impl Future<Output = Result<T>>,
+) -> Result<T> {
+    match tokio::time::timeout(limit, call).await {
+        Ok(r) => r,
+        Err(_) => Err(Error::Timeout {
+            group: group.to_owned(),
+            after: limit,
+        }),
+    }
+}
+
 pub(crate) struct Op<'a> {
     pub(crate) group: &'a str,
     pub(crate) keys: &'a GroupKeys,

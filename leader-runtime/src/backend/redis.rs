@@ -127,13 +127,13 @@ impl Clients {
     fn new(config: &RedisConfig) -> Result<Self> {
         let field = config.field();
         if config.urls.is_empty() {
-            return Err(config_err(field, "needs at least one URL".to_owned()));
+            return Err(Error::config(field, "needs at least one URL".to_owned()));
         }
         let tls_options = config.options.tls_ca.is_some() || config.options.tls_client.is_some();
         const CERT: &[u8] = b"-----BEGIN CERTIFICATE-----";
         if let Some(pem) = &config.options.tls_ca {
             if !contains(pem, CERT) {
-                return Err(config_err(
+                return Err(Error::config(
                     "tls_ca_certs",
                     "contains no PEM certificate".to_owned(),
                 ));
@@ -141,7 +141,7 @@ impl Clients {
         }
         if let Some((cert, _)) = &config.options.tls_client {
             if !contains(cert, CERT) {
-                return Err(config_err(
+                return Err(Error::config(
                     "tls_client_cert",
                     "contains no PEM certificate".to_owned(),
                 ));
@@ -151,7 +151,7 @@ impl Clients {
         for url in &config.urls {
             let tls = is_tls_url(url);
             if tls && !cfg!(feature = "tls") {
-                return Err(config_err(
+                return Err(Error::config(
                     field,
                     format!(
                         "uses TLS ({}), which needs the `tls` feature of leader-runtime",
@@ -161,13 +161,13 @@ impl Clients {
             }
             if tls_options && !tls {
                 let option = config.options.first_set().unwrap_or("tls_ca_certs");
-                return Err(config_err(
+                return Err(Error::config(
                     option,
                     format!("needs rediss:// URLs, but {field} has {}", redact_url(url)),
                 ));
             }
             let info = url.as_str().into_connection_info().map_err(|e| {
-                config_err(
+                Error::config(
                     field,
                     format!(
                         "must be a valid redis:// or rediss:// URL ({}): {}",
@@ -193,7 +193,7 @@ impl Clients {
                 None => builder,
             };
             let client = builder.build().map_err(|e| {
-                config_err(
+                Error::config(
                     field,
                     format!(
                         "must share one scheme, user, password and database: {}",
@@ -249,7 +249,7 @@ fn open_client(
                 "tls_ca_certs"
             };
             // The message names what failed to parse, never key material.
-            config_err(
+            Error::config(
                 option,
                 format!("is unusable: {}", e.detail().unwrap_or(e.category())),
             )
@@ -257,7 +257,7 @@ fn open_client(
     }
     let _ = options;
     redis::Client::open(info)
-        .map_err(|e| config_err(field, format!("is unusable: {}", e.category())))
+        .map_err(|e| Error::config(field, format!("is unusable: {}", e.category())))
 }
 
 /// rustls panics when no crypto provider can be determined (e.g. two
@@ -689,10 +689,6 @@ fn backend_err(group: &str, e: &redis::RedisError) -> Error {
         group: group.to_owned(),
         message: e.to_string(),
     }
-}
-
-fn config_err(field: &'static str, rule: String) -> Error {
-    Error::Config { field, rule }
 }
 
 fn timeout_err(after: Duration) -> Error {
