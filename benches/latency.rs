@@ -24,7 +24,7 @@ use common::{
     command, flag, flag_or, machine, ns_of, run_if_instance, spawn_instance, summary, InstanceArgs,
     SUMMARY_HEADER,
 };
-use leader_testkit::{monotonic_now_ns, ChildProcess, RedisServer};
+use leader_testkit::{monotonic_now_ns, ChildProcess, RedisServer, XorShift};
 
 const GROUP: &str = "latency";
 
@@ -65,16 +65,9 @@ impl Instance {
     }
 }
 
-/// A small xorshift, seeded from the clock: where in the renew cycle to act.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n.max(1)
-    }
+/// Where in the renew cycle to act: a number below `n`.
+fn below(rng: &mut XorShift, n: u64) -> u64 {
+    rng.next_u64() % n.max(1)
 }
 
 fn main() {
@@ -113,7 +106,7 @@ fn main() {
         for _ in 0..instances {
             fleet.push(Instance::start(&make(&mut next_id)).await);
         }
-        let mut rng = Rng(monotonic_now_ns() | 1);
+        let mut rng = XorShift::seeded();
         let mut rows = Vec::new();
         for mode in modes.split(',') {
             let mut latency = Vec::new();
@@ -121,7 +114,7 @@ fn main() {
             for round in 0..rounds {
                 // Wait for a leader, then act at a random point of its renew cycle.
                 let leader = wait_for_leader(&fleet, ttl * 4).await;
-                let phase = rng.below(renew.as_millis() as u64);
+                let phase = below(&mut rng, renew.as_millis() as u64);
                 tokio::time::sleep(Duration::from_millis(50 + phase)).await;
                 let marks: Vec<usize> = fleet.iter().map(|i| i.child.stdout().len()).collect();
                 let t0 = monotonic_now_ns();

@@ -14,7 +14,7 @@ mod support;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use leader_testkit::monotonic_now_ns;
+use leader_testkit::{monotonic_now_ns, XorShift};
 use support::chaos::{check_fencing, inject, percentile, Fault};
 use support::fleet::{Fleet, FleetConfig};
 use support::{ms, SERIAL};
@@ -125,20 +125,6 @@ fn env_u64(name: &str, default: u64) -> u64 {
     }
 }
 
-/// xorshift64*, seeded from the environment or the clock (printed).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn random_mix() {
     let _serial = SERIAL.lock().await;
@@ -155,7 +141,8 @@ async fn random_mix() {
         Err(_) => Fault::ALL.to_vec(),
     };
     assert!(!kinds.is_empty(), "LEADER_CHAOS_ONLY names no fault");
-    let mut rng = Rng(seed);
+    // Seeded from the environment or the clock (printed).
+    let mut rng = XorShift::new(seed);
     let started = std::time::Instant::now();
     let mut fleet = Fleet::start(FleetConfig::with_ttl(ttl).proxied().with_store()).await;
     let mut recoveries: BTreeMap<Fault, Vec<Duration>> = BTreeMap::new();
@@ -170,9 +157,9 @@ async fn random_mix() {
                 break;
             }
         };
-        let fault = kinds[(rng.next() % kinds.len() as u64) as usize];
+        let fault = kinds[(rng.next_u64() % kinds.len() as u64) as usize];
         *counts.entry(fault).or_default() += 1;
-        match inject(&mut fleet, fault, leader, rng.next()).await {
+        match inject(&mut fleet, fault, leader, rng.next_u64()).await {
             Ok(outcome) => {
                 if let Some(r) = outcome.recovery {
                     recoveries.entry(fault).or_default().push(r);

@@ -32,4 +32,5 @@ pub use process::{monotonic_now_ns, process_state, signal, ChildProcess, OutputL
 pub use proxy::{FaultProxy, Mode};
 pub use redis_server::{RedisServer, RedisServerBuilder};
 pub use resp::{Reply, RespConn};
+pub use rng::XorShift;
 pub use tls::{free_port, TlsFiles};

@@ -1,5 +1,6 @@
-//! A tiny xorshift generator: jitter and port picking need randomness, not
-//! quality, and no `rand` dependency.
+//! A tiny xorshift generator: jitter, port picking and the fault mixes of the
+//! chaos tests and benches need randomness, not quality, and no `rand`
+//! dependency.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -7,12 +8,12 @@ static SEED_SEQ: AtomicU64 = AtomicU64::new(0);
 
 /// xorshift64* (Vigna); never zero state.
 #[derive(Debug, Clone)]
-pub(crate) struct XorShift(u64);
+pub struct XorShift(u64);
 
 impl XorShift {
     /// A generator seeded from the clock, the pid and a process-wide counter,
     /// so that generators created in the same nanosecond still differ.
-    pub(crate) fn seeded() -> XorShift {
+    pub fn seeded() -> XorShift {
         let seq = SEED_SEQ.fetch_add(1, Ordering::Relaxed);
         XorShift::new(
             crate::monotonic_now_ns()
@@ -21,7 +22,8 @@ impl XorShift {
         )
     }
 
-    pub(crate) fn new(seed: u64) -> XorShift {
+    /// A generator whose stream depends only on `seed` (reproducible runs).
+    pub fn new(seed: u64) -> XorShift {
         // splitmix64 step, so that similar seeds give unrelated states.
         let mut z = seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -30,7 +32,8 @@ impl XorShift {
         XorShift(if z == 0 { 0x2545_F491_4F6C_DD1D } else { z })
     }
 
-    pub(crate) fn next_u64(&mut self) -> u64 {
+    /// The next number of the stream.
+    pub fn next_u64(&mut self) -> u64 {
         let mut x = self.0;
         x ^= x >> 12;
         x ^= x << 25;
