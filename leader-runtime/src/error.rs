@@ -77,6 +77,19 @@ pub enum Error {
         group: String,
         /// What the backend said (never includes credentials).
         message: String,
+        /// The backend's own error (a `redis::RedisError`), when there is one.
+        #[source]
+        source: Option<Box<dyn std::error::Error + Send + Sync>>,
+    },
+    /// The connection to the backend failed outside any one group's call:
+    /// setting it up, or the release-notice subscription.
+    #[error("backend connection error: {message}")]
+    Connection {
+        /// What went wrong (never includes credentials).
+        message: String,
+        /// The backend's own error (a `redis::RedisError`), when there is one.
+        #[source]
+        source: Option<Box<dyn std::error::Error + Send + Sync>>,
     },
     /// The backend answered with something the protocol does not allow.
     #[error("unexpected reply from backend for group `{group}`: {message}")]
@@ -89,6 +102,15 @@ pub enum Error {
 }
 
 impl Error {
+    /// An [`Error::Backend`] for `group` with no underlying error.
+    pub(crate) fn backend(group: &str, message: impl Into<String>) -> Self {
+        Error::Backend {
+            group: group.to_owned(),
+            message: message.into(),
+            source: None,
+        }
+    }
+
     /// A [`Error::Config`]: `field` (the builder method) broke `rule`.
     pub(crate) fn config(field: &'static str, rule: impl Into<String>) -> Self {
         Error::Config {

@@ -106,10 +106,7 @@ impl RenewBatcher {
             ttl_ms,
             reply,
         };
-        let stopped = || Error::Backend {
-            group: group.to_owned(),
-            message: "the renewal batcher has stopped".to_owned(),
-        };
+        let stopped = || Error::backend(group, "the renewal batcher has stopped");
         self.requests.send(request).map_err(|_| stopped())?;
         answer.await.map_err(|_| stopped())?
     }
@@ -192,6 +189,7 @@ async fn send<C: ConnectionLike>(mut conn: C, scripts: Arc<Scripts>, chunk: Vec<
                 let _ = r.reply.send(Err(Error::Backend {
                     group: r.group,
                     message: message.clone(),
+                    source: Some(Box::new(e.clone())),
                 }));
             }
             return;
@@ -203,10 +201,7 @@ async fn send<C: ConnectionLike>(mut conn: C, scripts: Arc<Scripts>, chunk: Vec<
             Value::Int(0) => Ok(Renew::Gone),
             Value::Int(-1) => Ok(Renew::Other),
             // That key's own error (the script reports it as a string).
-            Value::BulkString(e) => Err(Error::Backend {
-                group: r.group.clone(),
-                message: String::from_utf8_lossy(&e).into_owned(),
-            }),
+            Value::BulkString(e) => Err(Error::backend(&r.group, String::from_utf8_lossy(&e))),
             other => Err(protocol_err(&r.group, &other)),
         };
         let _ = r.reply.send(result);

@@ -288,10 +288,10 @@ impl MemoryBackend {
         if self.inner.available.load(Ordering::SeqCst) {
             Ok(())
         } else {
-            Err(Error::Backend {
-                group: group.to_owned(),
-                message: "memory backend is unavailable (simulated outage)".to_owned(),
-            })
+            Err(Error::backend(
+                group,
+                "memory backend is unavailable (simulated outage)",
+            ))
         }
     }
 

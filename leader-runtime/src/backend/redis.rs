@@ -362,7 +362,7 @@ impl RedisBackend {
                 let client = clients.nodes[0].clone();
                 Conn::Single(
                     ConnectionManager::new_lazy_with_config(client, config)
-                        .map_err(|e| backend_err("*", &e))?,
+                        .map_err(|e| connection_err(&e))?,
                 )
             }
         };
@@ -462,14 +462,14 @@ impl RedisBackend {
                     if why != SafeStart::No {
                         unconfirmed.insert(op.group.to_owned());
                     }
-                    return Err(Error::Backend {
-                        group: op.group.to_owned(),
-                        message: format!(
+                    return Err(Error::backend(
+                        op.group,
+                        format!(
                             "acquired the lease, but only {acks} of min_replicas {} replicas \
                              acknowledged it within {:?}; not leading until enough do",
                             self.min_replicas, self.wait_timeout
                         ),
-                    });
+                    ));
                 }
                 unconfirmed.remove(op.group);
                 Ok(Acquire::Won { token, wait, why })
@@ -604,7 +604,7 @@ async fn listen(
     stop: &CancellationToken,
     reconnect: bool,
 ) -> Result<()> {
-    let err = |e: redis::RedisError| backend_err("*", &e);
+    let err = |e: redis::RedisError| connection_err(&e);
     let mut pubsub = tokio::time::timeout(timeout, client.get_async_pubsub())
         .await
         .map_err(|_| timeout_err(timeout))?
@@ -627,9 +627,9 @@ async fn listen(
             msg = messages.next() => msg,
         };
         let Some(msg) = msg else {
-            return Err(Error::Backend {
-                group: "*".to_owned(),
+            return Err(Error::Connection {
                 message: "release-notice connection closed".to_owned(),
+                source: None,
             });
         };
         let payload: String = match msg.get_payload() {
@@ -688,13 +688,24 @@ fn backend_err(group: &str, e: &redis::RedisError) -> Error {
     Error::Backend {
         group: group.to_owned(),
         message: e.to_string(),
+        source: Some(Box::new(e.clone())),
     }
 }
 
+/// A connection-level error: no group's call failed.
+fn connection_err(e: &redis::RedisError) -> Error {
+    // RedisError's Display carries the server's message, never the URL.
+    Error::Connection {
+        message: e.to_string(),
+        source: Some(Box::new(e.clone())),
+    }
+}
+
+/// The release-notice connection did not answer in time.
 fn timeout_err(after: Duration) -> Error {
-    Error::Timeout {
-        group: "*".to_owned(),
-        after,
+    Error::Connection {
+        message: format!("no answer within {after:?}"),
+        source: None,
     }
 }
 
@@ -779,6 +790,27 @@ mod tests {
             assert!(rule.contains("`tls` feature"), "{rule}");
             assert!(!rule.contains("pw-one"), "{rule}");
         }
+    }
+
+    #[test]
+    fn redis_errors_keep_their_source_and_connection_errors_name_no_group() {
+        let e = redis::RedisError::from(std::io::Error::other("connection refused"));
+        let call = backend_err("jobs", &e);
+        assert!(std::error::Error::source(&call).is_some());
+        assert!(
+            call.to_string()
+                .starts_with("backend error for group `jobs`: "),
+            "{call}"
+        );
+        let conn = connection_err(&e);
+        assert!(std::error::Error::source(&conn).is_some());
+        assert!(
+            conn.to_string().starts_with("backend connection error: "),
+            "{conn}"
+        );
+        assert!(!timeout_err(Duration::from_secs(1))
+            .to_string()
+            .contains('*'));
     }
 
     #[test]
