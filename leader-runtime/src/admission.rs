@@ -294,8 +294,8 @@ mod tests {
     use futures_util::FutureExt;
 
     use crate::__private::{gate_async, gate_sync, CallSite};
-    use crate::election::tests::instance;
     use crate::group::Group;
+    use crate::test_support::instance;
     use crate::{current_lease, MemoryBackend};
 
     /// The group of the lease `current_lease` finds here.

@@ -479,7 +479,7 @@ impl Election {
 }
 
 #[cfg(test)]
-pub(crate) mod tests;
+mod tests;
 
 #[cfg(test)]
 mod eligibility_tests;

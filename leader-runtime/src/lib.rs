@@ -420,6 +420,8 @@ mod names;
 mod runtime;
 mod stats;
 mod status;
+#[cfg(test)]
+mod test_support;
 
 use std::future::Future;
 

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use tokio::time::{sleep, Instant};
 
-use super::tests::{instance, next_transition, settle, G, TTL};
+use crate::test_support::{instance, next_transition, settle, G, TTL};
 use crate::{Event, MemoryBackend, Runtime};
 
 /// `a` leads; its body asks for a hand-over with `hand_over`, then works

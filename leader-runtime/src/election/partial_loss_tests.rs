@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio::time::{sleep, Instant};
 
-use super::tests::{instance, next_transition, settle, G, RENEW, TTL};
+use crate::test_support::{instance, next_transition, settle, G, RENEW, TTL};
 use crate::{Event, MemoryBackend, Runtime};
 
 /// One instance's views of `G`, as its events tell them: `(start, end)`,

@@ -1,6 +1,5 @@
 //! The state machine on the in-memory backend with paused time: every
-//! transition and timing bound, exactly. The helpers here serve the other
-//! paused-time test modules too.
+//! transition and timing bound, exactly.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -10,43 +9,7 @@ use tokio::time::{advance, sleep, Instant};
 
 use crate::{Config, Event, LostReason, MemoryBackend, Runtime};
 
-pub(crate) const TTL: Duration = Duration::from_secs(3);
-pub(crate) const RENEW: Duration = Duration::from_secs(1);
-pub(crate) const RETRY: Duration = Duration::from_millis(500);
-/// Default drift margin for TTL: 1% + 2 ms.
-pub(crate) const MARGIN: Duration = Duration::from_millis(32);
-pub(crate) const G: &str = "jobs";
-
-pub(crate) fn instance(mem: &MemoryBackend, id: &str) -> Runtime {
-    Runtime::new(
-        Config::builder()
-            .memory(mem.clone())
-            .ttl(TTL)
-            .renew_interval(RENEW)
-            .retry_interval(RETRY)
-            .instance_id(id)
-            .build()
-            .unwrap(),
-    )
-    .unwrap()
-}
-
-/// Let every ready task run without moving the clock.
-pub(crate) async fn settle() {
-    for _ in 0..20 {
-        tokio::task::yield_now().await;
-    }
-}
-
-/// The next leadership transition, skipping renewals and backend errors.
-pub(crate) async fn next_transition(rx: &mut broadcast::Receiver<Event>) -> Event {
-    loop {
-        match rx.recv().await.unwrap() {
-            Event::Renewed { .. } | Event::BackendError { .. } => continue,
-            e => return e,
-        }
-    }
-}
+use crate::test_support::{instance, next_transition, settle, G, MARGIN, RENEW, TTL};
 
 #[tokio::test(start_paused = true)]
 async fn first_call_waits_for_the_first_round_and_wins() {

@@ -11,7 +11,8 @@ use metrics_util::MetricKind;
 use tokio::time::sleep;
 
 use super::names;
-use crate::{Config, MemoryBackend, Runtime};
+use crate::test_support::{builder, start};
+use crate::{MemoryBackend, Runtime};
 
 /// Snapshots reset what they read: one metrics test at a time.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -55,16 +56,7 @@ fn metrics_of(group: &str) -> HashMap<Key, DebugValue> {
 }
 
 fn instance(mem: &MemoryBackend, id: &str) -> Runtime {
-    Runtime::new(
-        Config::builder()
-            .memory(mem.clone())
-            .ttl(Duration::from_secs(3))
-            .renew_interval(Duration::from_secs(1))
-            .instance_id(id)
-            .build()
-            .unwrap(),
-    )
-    .unwrap()
+    start(builder(mem, id))
 }
 
 fn counter(m: &HashMap<Key, DebugValue>, name: &str, labels: &[(&str, &str)]) -> u64 {

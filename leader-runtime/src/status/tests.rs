@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use tokio::time::sleep;
 
-use crate::election::tests::{instance, MARGIN, TTL};
+use crate::test_support::{instance, MARGIN, TTL};
 use crate::MemoryBackend;
 
 #[tokio::test(start_paused = true)]
