@@ -202,6 +202,7 @@ async fn send<C: ConnectionLike>(mut conn: C, scripts: Arc<Scripts>, chunk: Vec<
             Value::Int(1) => Ok(Renew::Renewed),
             Value::Int(0) => Ok(Renew::Gone),
             Value::Int(-1) => Ok(Renew::Other),
+            Value::Int(-2) => Ok(Renew::Unvouched),
             // That key's own error (the script reports it as a string).
             Value::BulkString(e) => Err(Error::Backend {
                 group: r.group.clone(),

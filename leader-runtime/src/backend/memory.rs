@@ -378,15 +378,15 @@ impl MemoryBackend {
             Some(true) => {
                 let now = Instant::now();
                 let run = state.run;
+                // The rule of record.lua's renew_one: only on a vouched record.
+                match state.data.records.get_mut(&op.keys.record) {
+                    Some(r) if r.run == run => r.until = r.until.max(now + ttl),
+                    _ => return Ok(Renew::Unvouched),
+                }
                 state
                     .data
                     .leases
                     .insert(op.keys.lease.clone(), (op.id.to_owned(), now + ttl));
-                if let Some(r) = state.data.records.get_mut(&op.keys.record) {
-                    let until = if r.run == run { r.until } else { now };
-                    r.until = until.max(now + ttl);
-                    r.run = run;
-                }
                 Renew::Renewed
             }
             Some(false) => Renew::Other,
@@ -394,10 +394,16 @@ impl MemoryBackend {
         })
     }
 
-    pub(super) fn release(&self, op: &Op<'_>, channel: &str) -> Result<bool> {
+    pub(super) fn release(&self, op: &Op<'_>, channel: &str, token: u64) -> Result<bool> {
         self.check_available(op.group)?;
         let mut state = self.state();
-        let ours = Self::live(&mut state, &op.keys.lease).is_some_and(|(h, _)| h == op.id);
+        // Ours, and under the leadership we end (not a newer one of ours).
+        let ours = Self::live(&mut state, &op.keys.lease).is_some_and(|(h, _)| h == op.id)
+            && state
+                .data
+                .records
+                .get(&op.keys.record)
+                .is_some_and(|r| r.token == token);
         if ours {
             let run = state.run;
             state.data.leases.remove(&op.keys.lease);

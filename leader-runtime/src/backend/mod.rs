@@ -76,6 +76,10 @@ pub(crate) enum Renew {
     Gone,
     /// Someone else (or another value) holds it.
     Other,
+    /// We hold it, but the group's record was written by another server
+    /// process (a restart from disk, a failover, a restore): nothing was
+    /// renewed; acquire again, with a safe start.
+    Unvouched,
 }
 
 /// Called for every release notice: `(group, releasing instance id)`; the
@@ -126,11 +130,12 @@ impl Backend {
         }
     }
 
-    /// Returns whether we held (and so released) the lease.
-    pub(crate) async fn release(&self, op: &Op<'_>, channel: &str) -> Result<bool> {
+    /// Release the lease we hold under the leadership with `token`.
+    /// Returns whether we held (and so released) it.
+    pub(crate) async fn release(&self, op: &Op<'_>, channel: &str, token: u64) -> Result<bool> {
         match self {
-            Backend::Redis(b) => b.release(op, channel).await,
-            Backend::Memory(b) => b.release(op, channel),
+            Backend::Redis(b) => b.release(op, channel, token).await,
+            Backend::Memory(b) => b.release(op, channel, token),
         }
     }
 

@@ -491,7 +491,7 @@ impl RedisBackend {
         self.renewals.align(due, every)
     }
 
-    pub(super) async fn release(&self, op: &Op<'_>, channel: &str) -> Result<bool> {
+    pub(super) async fn release(&self, op: &Op<'_>, channel: &str, token: u64) -> Result<bool> {
         let reply: Value = self
             .scripts
             .release
@@ -500,6 +500,7 @@ impl RedisBackend {
             .arg(op.id)
             .arg(channel)
             .arg(op.group)
+            .arg(token)
             .invoke_async(&mut self.conn.clone())
             .await
             .map_err(|e| backend_err(op.group, &e))?;
