@@ -825,27 +825,7 @@ fn default_instance_id() -> String {
     )
 }
 
-/// The URL with any password (and token-like user info) replaced by `***`.
-pub(crate) fn redact_url(url: &str) -> String {
-    let Some(scheme_end) = url.find("://") else {
-        return "<unparseable url>".to_owned();
-    };
-    let rest = &url[scheme_end + 3..];
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    match rest[..authority_end].rfind('@') {
-        Some(at) => {
-            let userinfo = &rest[..at];
-            let user = userinfo.split(':').next().unwrap_or("");
-            let shown = if userinfo.contains(':') {
-                format!("{user}:***")
-            } else {
-                "***".to_owned()
-            };
-            format!("{}{}{}", &url[..scheme_end + 3], shown, &rest[at..])
-        }
-        None => url.to_owned(),
-    }
-}
+pub(crate) use crate::redact::redact_url;
 
 #[cfg(test)]
 mod tests {

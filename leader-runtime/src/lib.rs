@@ -374,6 +374,7 @@ mod jitter;
 mod lease;
 mod metrics;
 mod names;
+mod redact;
 mod runtime;
 mod stats;
 mod status;
