@@ -102,9 +102,21 @@
 //! }
 //! ```
 //!
-//! Without [`init`], the first use configures the global runtime from
-//! `LEADER_REDIS_URL` (then `REDIS_URL`); with neither set it *fails
-//! closed*: gated bodies do not run, and one error says how to configure it.
+//! Without [`init`], the first use configures the global runtime from the
+//! environment; with nothing set it *fails closed*: gated bodies do not
+//! run, and one error says how to configure it. Set one deployment (two is
+//! an error; an empty variable counts as unset):
+//!
+//! | variable | describes |
+//! | --- | --- |
+//! | `LEADER_REDIS_URL` | one server: `redis://[user:password@]host:port[/db]`, `rediss://…` |
+//! | `LEADER_REDIS_CLUSTER_URLS` | Redis Cluster: seed node URLs, comma-separated |
+//! | `LEADER_REDIS_SENTINEL_MASTER` and `LEADER_REDIS_SENTINEL_URLS` | Sentinel: the master's name, and the sentinels' URLs, comma-separated (their credentials are the sentinels') |
+//! | `LEADER_REDIS_SENTINEL_MASTER_USER`, `LEADER_REDIS_SENTINEL_MASTER_PASSWORD` | Sentinel, optional: the master's ACL user and password (the password alone for `requirepass`) |
+//! | `REDIS_URL` | one server, read only when no `LEADER_REDIS_*` deployment is set |
+//!
+//! Everything else keeps its default. Commas inside a password must be
+//! percent-encoded (`%2C`), as must `@`, `/`, `?` and `#`.
 //!
 //! The same surface exists as functions — [`is_leader`], [`leader_id`],
 //! [`run_if_leader`], [`step_down`], [`current_lease`], [`stats`],
@@ -365,6 +377,7 @@ mod config;
 pub mod cron;
 mod current;
 mod election;
+mod env;
 mod error;
 mod events;
 mod gate;
