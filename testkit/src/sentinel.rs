@@ -133,7 +133,10 @@ impl RedisSentinelBuilder {
     }
 
     fn node(&self) -> RedisServerBuilder {
-        let mut node = RedisServer::builder().args(self.node_args.iter().cloned());
+        // Diskless sync without its default 5 s wait for more replicas.
+        let mut node = RedisServer::builder()
+            .args(["--repl-diskless-sync-delay", "0"])
+            .args(self.node_args.iter().cloned());
         if let Some(password) = &self.password {
             node = node
                 .password(password.clone())

@@ -9,7 +9,9 @@
 //!   partitioned master; Sentinel also kills every client of a node it
 //!   reconfigures),
 //! - is answered `READONLY` (the node was demoted to a replica: a write there
-//!   must never count as done), `MASTERDOWN` or `LOADING`,
+//!   must never count as done), `NOREPLICAS` (a master with
+//!   `min-replicas-to-write` cut off from its replicas: likely replaced),
+//!   `MASTERDOWN` or `LOADING`,
 //! - or is abandoned by its caller before the reply (the election's own
 //!   timeout: a hung master must not keep every later call waiting on it).
 //!
@@ -191,6 +193,17 @@ impl SentinelConn {
     ) -> redis::RedisResult<redis::Client> {
         let client =
             match tokio::time::timeout(self.inner.timeout, resolver.async_get_client()).await {
+                Ok(Err(e)) if e.kind() == ErrorKind::MasterNameNotFoundBySentinel => {
+                    return Err(redis::RedisError::from((
+                        ErrorKind::MasterNameNotFoundBySentinel,
+                        "master not found",
+                        format!(
+                            "no sentinel names a master `{}` that is up and answers ROLE as master \
+                             (check the master name, and that the sentinels monitor it)",
+                            self.inner.master_name
+                        ),
+                    )))
+                }
                 Ok(client) => client?,
                 Err(_) => {
                     return Err(redis::RedisError::from((
@@ -317,13 +330,16 @@ pub(crate) fn stale(e: &redis::RedisError) -> bool {
                     | ServerErrorKind::BusyLoading
             )
         )
+        || e.code() == Some("NOREPLICAS")
         // A script's write refused on a replica can come wrapped in a script error.
         || e.to_string().contains("READONLY")
 }
 
 fn stale_server_error(e: &redis::ServerError) -> bool {
-    matches!(e.code(), "READONLY" | "MASTERDOWN" | "LOADING")
-        || e.details().is_some_and(|d| d.contains("READONLY"))
+    matches!(
+        e.code(),
+        "READONLY" | "MASTERDOWN" | "LOADING" | "NOREPLICAS"
+    ) || e.details().is_some_and(|d| d.contains("READONLY"))
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
