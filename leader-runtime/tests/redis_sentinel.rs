@@ -26,6 +26,10 @@ const LEASE_KEY: &str = "leader:{jobs}:lease";
 const TTL: Duration = Duration::from_millis(1000);
 const RENEW: Duration = Duration::from_millis(300);
 const RETRY: Duration = Duration::from_millis(100);
+/// The rules `ConfigBuilder::redis_sentinel`'s docs list for the master:
+/// those of `redis_url` plus `+role`.
+const MASTER_RULES: &str = "~leader:* &leader:released +evalsha +eval +script|load +get +set \
+                            +pexpire +pttl +del +time +publish +subscribe +ping +role";
 
 fn config(deployment: &RedisSentinel, id: &str) -> leader_runtime::ConfigBuilder {
     Config::builder()
@@ -367,7 +371,7 @@ async fn a_demoted_master_is_never_renewed_on() {
 async fn acl_user_and_passwords_through_sentinel() {
     let deployment = RedisSentinel::builder()
         .password("node-pw")
-        .acl_user("leader-app", "app-pw", "~leader:* &* +@all")
+        .acl_user("leader-app", "app-pw", MASTER_RULES)
         .sentinel_password("sentinel-pw")
         .start()
         .await
