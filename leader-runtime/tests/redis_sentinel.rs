@@ -505,3 +505,49 @@ async fn joiner_after_forced_failover_min_replicas() {
         overlaps.len()
     );
 }
+
+/// `rediss://` sentinels: TLS to the sentinels and to the master they name,
+/// trusting the test's CA.
+#[cfg(feature = "tls")]
+#[tokio::test]
+async fn tls_to_the_sentinels_and_the_master() {
+    let files = leader_testkit::TlsFiles::generate().unwrap();
+    let deployment = RedisSentinel::builder().tls(&files).start().await.unwrap();
+    assert!(deployment.sentinel_urls()[0].starts_with("rediss://"));
+    let build = |id: &str, ca: Option<Vec<u8>>| {
+        let mut builder = Config::builder()
+            .redis_sentinel(deployment.master_name(), deployment.sentinel_urls())
+            // As in redis_tls.rs: a TLS connect in a debug build is slow.
+            .ttl(Duration::from_millis(3000))
+            .renew_interval(Duration::from_millis(1000))
+            .call_timeout(Duration::from_millis(1900))
+            .retry_interval(Duration::from_millis(200))
+            .instance_id(id);
+        if let Some(ca) = ca {
+            builder = builder.tls_ca_certs(ca);
+        }
+        Runtime::new(builder.build().unwrap()).unwrap()
+    };
+    let a = build("a", Some(files.ca_pem().unwrap()));
+    let mut events = a.subscribe();
+    a.is_leader(G);
+    let elected = event(&mut events, Duration::from_secs(10), |e| {
+        matches!(e, Event::Elected { .. })
+    })
+    .await;
+    deployment.check(
+        elected.is_some(),
+        "not elected over TLS through the sentinels",
+    );
+    assert_eq!(lease_holder(&deployment, 0).await.as_deref(), Some("a"));
+
+    // Without the CA the sentinels' certificates are not trusted.
+    let b = build("b", None);
+    let err = b.leader_id(G).await.unwrap_err();
+    assert!(
+        matches!(err, Error::Backend { .. } | Error::Timeout { .. }),
+        "{err:?}"
+    );
+    a.shutdown().await;
+    b.shutdown().await;
+}

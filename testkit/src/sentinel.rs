@@ -14,6 +14,7 @@ use tokio::time::Instant;
 use crate::proxy::FaultProxy;
 use crate::redis_server::{RedisServer, RedisServerBuilder};
 use crate::resp::Reply;
+use crate::tls::{free_port, TlsFiles};
 
 static DEPLOYMENT_SEQ: AtomicU32 = AtomicU32::new(0);
 
@@ -48,6 +49,8 @@ pub struct RedisSentinelBuilder {
     acl_users: Vec<(String, String, String)>,
     sentinel_password: Option<String>,
     node_args: Vec<String>,
+    /// `--tls-*` arguments without `--tls-port` (see [`RedisSentinelBuilder::tls`]).
+    tls: Option<Vec<String>>,
 }
 
 impl Default for RedisSentinelBuilder {
@@ -62,6 +65,7 @@ impl Default for RedisSentinelBuilder {
             acl_users: Vec::new(),
             sentinel_password: None,
             node_args: Vec::new(),
+            tls: None,
         }
     }
 }
@@ -132,6 +136,33 @@ impl RedisSentinelBuilder {
         self
     }
 
+    /// Serve TLS everywhere with `files`' certificates: every node and
+    /// sentinel gets a TLS port next to its plain one (which the harness's
+    /// own commands keep using), replication and the sentinels' links run
+    /// over TLS (`tls-replication yes`), the sentinels monitor the nodes'
+    /// TLS ports, and [`sentinel_urls`](RedisSentinel::sentinel_urls) are
+    /// `rediss://` URLs of the sentinels' TLS ports. Clients need no
+    /// certificate.
+    pub fn tls(mut self, files: &TlsFiles) -> Self {
+        let mut args = files.server_args(0);
+        // server_args starts with `--tls-port PORT`; each process gets its own.
+        args.drain(..2);
+        args.extend(["--tls-replication".to_owned(), "yes".to_owned()]);
+        self.tls = Some(args);
+        self
+    }
+
+    /// A free TLS port and the arguments for it, when TLS is on.
+    fn tls_args(&self) -> io::Result<Option<(u16, Vec<String>)>> {
+        let Some(args) = &self.tls else {
+            return Ok(None);
+        };
+        let port = free_port()?;
+        let mut all = vec!["--tls-port".to_owned(), port.to_string()];
+        all.extend(args.iter().cloned());
+        Ok(Some((port, all)))
+    }
+
     fn node(&self) -> RedisServerBuilder {
         // Diskless sync without its default 5 s wait for more replicas.
         let mut node = RedisServer::builder()
@@ -165,10 +196,25 @@ impl RedisSentinelBuilder {
         ));
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(&dir)?;
-        let primary = self.node().start().await?;
-        let link = FaultProxy::start(primary.addr()).await?;
-        let replica = self
-            .node()
+        let mut tls_ports = Vec::new();
+        let mut node = |builder: RedisServerBuilder| -> io::Result<RedisServerBuilder> {
+            Ok(match self.tls_args()? {
+                Some((port, args)) => {
+                    tls_ports.push(port);
+                    builder.args(args)
+                }
+                None => builder,
+            })
+        };
+        let primary = node(self.node())?.start().await?;
+        let replica_builder = node(self.node())?;
+        // The replica replicates from the port the sentinels monitor.
+        let monitored = |server: &RedisServer, i: usize| -> u16 {
+            tls_ports.get(i).copied().unwrap_or(server.port())
+        };
+        let primary_port = monitored(&primary, 0);
+        let link = FaultProxy::start(SocketAddr::from(([127, 0, 0, 1], primary_port))).await?;
+        let replica = replica_builder
             .args(["--replicaof", "127.0.0.1", &link.addr().port().to_string()])
             .start()
             .await?;
@@ -181,7 +227,7 @@ impl RedisSentinelBuilder {
                  sentinel failover-timeout {name} {failover}\n\
                  sentinel parallel-syncs {name} 1\n",
                 name = self.master_name,
-                port = primary.port(),
+                port = primary_port,
                 quorum = self.quorum,
                 down = self.down_after.as_millis(),
                 failover = self.failover_timeout.as_millis(),
@@ -197,15 +243,23 @@ impl RedisSentinelBuilder {
             }
             fs::write(&file, conf)?;
             let mut sentinel = RedisServer::builder().config_file(&file).arg("--sentinel");
+            let mut sentinel_tls_port = None;
+            if let Some((port, args)) = self.tls_args()? {
+                sentinel = sentinel.args(args);
+                sentinel_tls_port = Some(port);
+            }
             if let Some(password) = &self.sentinel_password {
                 sentinel = sentinel.password(password.clone());
             }
-            sentinels.push(sentinel.start().await?);
+            sentinels.push((sentinel.start().await?, sentinel_tls_port));
         }
+        let (sentinels, sentinel_tls_ports): (Vec<_>, Vec<_>) = sentinels.into_iter().unzip();
         let deployment = RedisSentinel {
             config: self,
             nodes: vec![primary, replica],
+            tls_ports,
             sentinels,
+            sentinel_tls_ports,
             link,
             dir,
         };
@@ -265,7 +319,11 @@ impl RedisSentinelBuilder {
 pub struct RedisSentinel {
     config: RedisSentinelBuilder,
     nodes: Vec<RedisServer>,
+    /// With TLS: each node's TLS port (what the sentinels know it by).
+    tls_ports: Vec<u16>,
     sentinels: Vec<RedisServer>,
+    /// With TLS: each sentinel's TLS port.
+    sentinel_tls_ports: Vec<Option<u16>>,
     link: FaultProxy,
     dir: PathBuf,
 }
@@ -301,9 +359,17 @@ impl RedisSentinel {
         &self.config.master_name
     }
 
-    /// `redis://127.0.0.1:PORT` of every sentinel (without credentials).
+    /// `redis://127.0.0.1:PORT` of every sentinel (without credentials), or
+    /// `rediss://127.0.0.1:TLS_PORT` with [`tls`](RedisSentinelBuilder::tls).
     pub fn sentinel_urls(&self) -> Vec<String> {
-        self.sentinels.iter().map(RedisServer::url).collect()
+        self.sentinels
+            .iter()
+            .zip(&self.sentinel_tls_ports)
+            .map(|(s, tls)| match tls {
+                Some(port) => format!("rediss://127.0.0.1:{port}"),
+                None => s.url(),
+            })
+            .collect()
     }
 
     /// The data nodes: 0 started as the primary, 1 as the replica.
@@ -401,13 +467,20 @@ impl RedisSentinel {
         })
     }
 
-    /// The address the node `i` listens on.
+    /// The address the node `i` listens on (its plain port; see
+    /// [`node_tls_port`](Self::node_tls_port)).
     ///
     /// # Panics
     ///
     /// If there is no node `i`.
     pub fn node_addr(&self, i: usize) -> SocketAddr {
         self.nodes[i].addr()
+    }
+
+    /// With [`tls`](RedisSentinelBuilder::tls): node `i`'s TLS port, which
+    /// the sentinels name.
+    pub fn node_tls_port(&self, i: usize) -> Option<u16> {
+        self.tls_ports.get(i).copied()
     }
 
     /// `SENTINEL FAILOVER` (on the first sentinel that accepts it): the
@@ -592,7 +665,12 @@ impl RedisSentinel {
     }
 
     fn node_index(&self, addr: SocketAddr) -> Option<usize> {
-        self.nodes.iter().position(|n| n.addr() == addr)
+        self.nodes.iter().enumerate().position(|(i, n)| {
+            n.addr() == addr
+                || self
+                    .node_tls_port(i)
+                    .is_some_and(|p| addr == SocketAddr::from(([127, 0, 0, 1], p)))
+        })
     }
 
     async fn replication(&self, i: usize) -> Option<String> {
