@@ -29,7 +29,8 @@ const RETRY: Duration = Duration::from_millis(100);
 /// The rules `ConfigBuilder::redis_sentinel`'s docs list for the master:
 /// those of `redis_url` plus `+role`.
 const MASTER_RULES: &str = "~leader:* &leader:released +evalsha +eval +script|load +get +set \
-                            +pexpire +pttl +del +time +publish +subscribe +ping +role";
+                            +pexpire +pttl +del +time +info +type +hmget +hset +publish \
+                            +subscribe +ping +role";
 
 fn config(deployment: &RedisSentinel, id: &str) -> leader_runtime::ConfigBuilder {
     Config::builder()
