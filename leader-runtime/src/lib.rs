@@ -378,8 +378,10 @@
 //!   instance that asks the sentinels (a new one, or one whose connection
 //!   broke) finds the promoted node, where the lease expired: two leaders.
 //!   Measured with a forced failover and an instance joining right after it:
-//!   10.1 s of two leaders (`tests/redis_sentinel.rs`,
-//!   `joiner_after_forced_failover_plain`). With `min-replicas-to-write 1`
+//!   9.2 s of two leaders (`tests/redis_sentinel.rs`,
+//!   `joiner_after_forced_failover_plain`; the promoted node vouches for no
+//!   record, so the joiner waited one `ttl`, but the old leader renewed on
+//!   the old master for another 9 s). With `min-replicas-to-write 1`
 //!   and `min-replicas-max-lag 1` on the nodes, a master cut off from its
 //!   replica refuses writes (`NOREPLICAS`), the leader's view runs out, and
 //!   the same run shows no overlap — at the price that nothing can be
