@@ -69,7 +69,10 @@ async fn leader_and_follower(server: &RedisServer, proxy: &FaultProxy) -> (Runti
     (a, b, notice)
 }
 
-/// Waits until b starts another acquire attempt.
+/// Waits until b made another acquire attempt. The counter counts attempts
+/// as they start; the reply (a local round trip) is awaited with a margin of
+/// 50 ms, since nothing reports it: releasing while b's acquire is still in
+/// flight would let b win without any notice.
 async fn next_attempt(b: &Runtime) {
     let before = b.stats(G).unwrap().acquire_attempts;
     timeout(TTL * 2, async {
@@ -79,6 +82,7 @@ async fn next_attempt(b: &Runtime) {
     })
     .await
     .expect("b made no acquire attempt within 2 ttl");
+    tokio::time::sleep(Duration::from_millis(50)).await;
 }
 
 #[tokio::test]

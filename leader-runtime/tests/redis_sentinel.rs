@@ -92,7 +92,46 @@ async fn a_leader_is_elected_through_sentinel() {
         .await
         .unwrap();
     assert_eq!(lease_holder(&deployment, 1).await.as_deref(), Some("a"));
+
+    // Release notices come through the master the sentinels name: right
+    // after b's first attempt (b would next wake at the lease's expiry,
+    // ≥ 700 ms away), a graceful release hands over in about a round trip.
+    // A long retry_interval: without notices b would wait for the expiry.
+    let b = Runtime::new(
+        config(&deployment, "b")
+            .retry_interval(Duration::from_secs(2))
+            .build()
+            .unwrap(),
+    )
+    .unwrap();
+    let mut b_events = b.subscribe();
+    assert!(!b.is_leader(G));
+    // b's first attempt answered "held by a" (b learned the holder): b now
+    // waits for the expiry, or a notice.
+    timeout(TTL * 2, async {
+        while b
+            .status()
+            .iter()
+            .all(|g| g.leader_id.as_deref() != Some("a"))
+        {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    })
+    .await
+    .expect("b did not learn that a leads");
+    let released = Instant::now();
     a.shutdown().await;
+    let took_over = event(&mut b_events, TTL * 2, |e| {
+        matches!(e, Event::Elected { .. })
+    })
+    .await;
+    let handover = released.elapsed();
+    deployment.check(
+        took_over.is_some() && handover < Duration::from_millis(300),
+        format!("b took over after {handover:?} ({took_over:?}): no release notice"),
+    );
+    assert_eq!(lease_holder(&deployment, 0).await.as_deref(), Some("b"));
+    b.shutdown().await;
     assert_eq!(lease_holder(&deployment, 0).await, None);
 }
 
