@@ -88,7 +88,9 @@ impl RedisSentinelBuilder {
     /// `sentinel down-after-milliseconds` (default 1 s): how long a master
     /// must be unreachable before a sentinel deems it down. A killed primary
     /// is replaced about this long, plus one or two seconds of agreement and
-    /// promotion, after the kill.
+    /// promotion, after the kill. Much shorter (500 ms) makes a busy machine
+    /// (a parallel `cargo test`) see spurious failovers, e.g. back to a
+    /// primary just restarted empty.
     pub fn down_after(mut self, after: Duration) -> Self {
         self.down_after = after;
         self
