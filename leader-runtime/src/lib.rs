@@ -35,6 +35,7 @@
 //! - [The lease algorithm](#the-lease-algorithm)
 //! - [The cron recipe](#the-cron-recipe)
 //! - [Operating it: health, draining, metrics](#operating-it-health-draining-metrics)
+//! - [Redis Sentinel](#redis-sentinel)
 //! - [Testing your own code on the in-memory backend](#testing-your-own-code-on-the-in-memory-backend)
 //! - [Feature flags](#feature-flags)
 //!
@@ -102,9 +103,21 @@
 //! }
 //! ```
 //!
-//! Without [`init`], the first use configures the global runtime from
-//! `LEADER_REDIS_URL` (then `REDIS_URL`); with neither set it *fails
-//! closed*: gated bodies do not run, and one error says how to configure it.
+//! Without [`init`], the first use configures the global runtime from the
+//! environment; with nothing set it *fails closed*: gated bodies do not
+//! run, and one error says how to configure it. Set one deployment (two is
+//! an error; an empty variable counts as unset):
+//!
+//! | variable | describes |
+//! | --- | --- |
+//! | `LEADER_REDIS_URL` | one server: `redis://[user:password@]host:port[/db]`, `rediss://…` |
+//! | `LEADER_REDIS_CLUSTER_URLS` | Redis Cluster: seed node URLs, comma-separated |
+//! | `LEADER_REDIS_SENTINEL_MASTER` and `LEADER_REDIS_SENTINEL_URLS` | Sentinel: the master's name, and the sentinels' URLs, comma-separated (their credentials are the sentinels') |
+//! | `LEADER_REDIS_SENTINEL_MASTER_USER`, `LEADER_REDIS_SENTINEL_MASTER_PASSWORD` | Sentinel, optional: the master's ACL user and password (the password alone for `requirepass`) |
+//! | `REDIS_URL` | one server, read only when no `LEADER_REDIS_*` deployment is set |
+//!
+//! Everything else keeps its default. Commas inside a password must be
+//! percent-encoded (`%2C`), as must `@`, `/`, `?` and `#`.
 //!
 //! The same surface exists as functions — [`is_leader`], [`leader_id`],
 //! [`run_if_leader`], [`step_down`], [`current_lease`], [`stats`],
@@ -322,6 +335,13 @@
 //!   `on_elected` / `on_lost` callbacks of [`ConfigBuilder`] run on a thread
 //!   of their own; [`stats`] keeps counters per group. Every transition is
 //!   also a `tracing` event with group, instance id and token.
+//! - **Release notices.** The pub/sub connection that carries them is
+//!   checked with a `PING` every `retry_interval`, which must be answered
+//!   within the call timeout. A connection that fails it (half-open: the
+//!   peer or the path went silent without a reset) counts as down at once —
+//!   followers then pace themselves by `retry_interval` instead of waiting
+//!   for the lease's expiry — and is replaced. A follower already waiting for
+//!   an expiry keeps that one wait.
 //! - **Metrics** (feature `metrics`), through the
 //!   [`metrics`](https://docs.rs/metrics) facade — the library never
 //!   installs a recorder:
@@ -333,6 +353,40 @@
 //! | `leader_is_leader` | gauge | `group` | 1 while leading, 0 after a loss |
 //! | `leader_renew_seconds` | histogram | `group` | round trip of every renew call, whatever its outcome |
 //! | `leader_acquire_attempts_total` | counter | `group` | an acquire call was sent |
+//!
+//! # Redis Sentinel
+//!
+//! [`ConfigBuilder::redis_sentinel`] takes the master's name and the
+//! sentinels' URLs (their credentials are the sentinels'; the master's go in
+//! [`ConfigBuilder::sentinel_master_auth`]; `rediss://` means TLS to both).
+//! The command connection asks the sentinels for the master when it first
+//! needs it and again after any call failed, timed out, or was answered
+//! `READONLY` or `NOREPLICAS`; Sentinel disconnects the clients of a node it
+//! demotes, and the release-notice subscription resolves the master each
+//! time it connects. So the leases follow the master, and a renewal never
+//! counts on a node that is a replica by then.
+//!
+//! What Sentinel itself allows, and what to set on the Redis nodes:
+//!
+//! - **The old master keeps taking writes until Sentinel demotes it.** After
+//!   a failover whose old master stayed up (`SENTINEL FAILOVER`, or a
+//!   partition that heals), Sentinel reconfigures the old master only
+//!   several seconds later. Until then the old leader renews there, while an
+//!   instance that asks the sentinels (a new one, or one whose connection
+//!   broke) finds the promoted node, where the lease expired: two leaders.
+//!   Measured with a forced failover and an instance joining right after it:
+//!   9.2 s of two leaders (`tests/redis_sentinel.rs`,
+//!   `joiner_after_forced_failover_plain`; the promoted node vouches for no
+//!   record, so the joiner waited one `ttl`, but the old leader renewed on
+//!   the old master for another 9 s). With `min-replicas-to-write 1`
+//!   and `min-replicas-max-lag 1` on the nodes, a master cut off from its
+//!   replica refuses writes (`NOREPLICAS`), the leader's view runs out, and
+//!   the same run shows no overlap — at the price that nothing can be
+//!   written, so nobody leads, while no replica is in sync (10 s in that
+//!   run, with one replica: have at least two).
+//! - **A promoted replica may lack the latest lease writes** (replication is
+//!   asynchronous); see the failure semantics above and
+//!   [`ConfigBuilder::min_replicas`].
 //!
 //! # Testing your own code on the in-memory backend
 //!
@@ -406,6 +460,7 @@ mod config;
 pub mod cron;
 mod current;
 mod election;
+mod env;
 mod error;
 mod events;
 mod gate;
@@ -416,6 +471,7 @@ mod jitter;
 mod lease;
 mod metrics;
 mod names;
+mod redact;
 mod runtime;
 mod stats;
 mod status;

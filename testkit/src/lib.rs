@@ -11,6 +11,10 @@
 //!   every process shares.
 //! - [`RedisCluster`]: a real Redis Cluster (3 masters by default) on free
 //!   ports, created with `redis-cli --cluster create`.
+//! - [`RedisSentinel`]: a Sentinel deployment (a primary, a replica that
+//!   replicates through a [`FaultProxy`], three `redis-server --sentinel`)
+//!   on free ports: find the master, force a failover, kill the master, cut
+//!   the replication link.
 //! - [`TlsFiles`]: a throw-away CA with server and client certificates (made
 //!   by `openssl`), and [`free_port`] for a `--tls-port`.
 //! - [`RespConn`] / [`Reply`]: a tiny raw RESP client, so tests can look at
@@ -25,6 +29,7 @@ mod proxy;
 mod redis_server;
 mod resp;
 mod rng;
+mod sentinel;
 mod tls;
 
 pub use cluster::{RedisCluster, RedisClusterBuilder};
@@ -32,4 +37,5 @@ pub use process::{monotonic_now_ns, process_state, signal, ChildProcess, OutputL
 pub use proxy::{FaultProxy, Mode};
 pub use redis_server::{RedisServer, RedisServerBuilder};
 pub use resp::{Reply, RespConn};
+pub use sentinel::{RedisSentinel, RedisSentinelBuilder};
 pub use tls::{free_port, TlsFiles};

@@ -48,6 +48,7 @@ static SERVER_SEQ: AtomicU32 = AtomicU32::new(0);
 #[derive(Debug, Clone)]
 pub struct RedisServerBuilder {
     binary: PathBuf,
+    config_file: Option<PathBuf>,
     args: Vec<String>,
     password: Option<String>,
     startup_timeout: Duration,
@@ -57,6 +58,7 @@ impl Default for RedisServerBuilder {
     fn default() -> Self {
         RedisServerBuilder {
             binary: PathBuf::from("redis-server"),
+            config_file: None,
             args: Vec::new(),
             password: None,
             startup_timeout: Duration::from_secs(10),
@@ -68,6 +70,14 @@ impl RedisServerBuilder {
     /// The server binary; default `redis-server` from `PATH`.
     pub fn binary(mut self, path: impl Into<PathBuf>) -> Self {
         self.binary = path.into();
+        self
+    }
+
+    /// A config file, passed as the first argument (before the harness's
+    /// options, which override it). `redis-server --sentinel` needs one it
+    /// can rewrite; it is kept across restarts.
+    pub fn config_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.config_file = Some(path.into());
         self
     }
 
@@ -473,6 +483,9 @@ impl RedisServer {
             .open(&out_path)
             .map_err(failed)?;
         let mut cmd = Command::new(&self.config.binary);
+        if let Some(file) = &self.config.config_file {
+            cmd.arg(file);
+        }
         cmd.arg("--port")
             .arg(self.port.to_string())
             .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])

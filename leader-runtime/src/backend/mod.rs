@@ -8,6 +8,7 @@
 mod batch;
 mod memory;
 mod redis;
+mod sentinel;
 
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
