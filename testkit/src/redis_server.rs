@@ -495,7 +495,7 @@ impl RedisServer {
                     .any(|w| w[0] == "type" && w[1] == "i")
                     .then(|| aof_dir.join(file))
             })
-            .last()
+            .next_back()
             .ok_or_else(|| {
                 io::Error::new(
                     io::ErrorKind::NotFound,

@@ -837,7 +837,7 @@ async fn restored(
             l.find("keys loaded")
                 .map(|i| l[i..].trim_end_matches('.').to_owned())
         })
-        .last()
+        .next_back()
         .unwrap_or_else(|| loaded.to_owned()))
 }
 
