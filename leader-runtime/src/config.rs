@@ -313,9 +313,10 @@ impl ConfigBuilder {
     ///
     /// An ACL user needs, for the default key prefix `leader`:
     /// `~leader:* &leader:released +evalsha +eval +script|load +get +set
-    /// +pexpire +pttl +del +time +publish +subscribe +ping` (plus `+wait`
-    /// with [`min_replicas`](Self::min_replicas)); the scripts' own calls are
-    /// checked against the user's rules too.
+    /// +pexpire +pttl +del +time +info +type +hmget +hset +publish +subscribe
+    /// +ping` (plus `+wait` with [`min_replicas`](Self::min_replicas)); the
+    /// scripts' own calls are checked against the user's rules too.
+    /// DEPLOYING.md in the repository lists every command and why.
     ///
     /// # Examples
     ///

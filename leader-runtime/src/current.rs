@@ -64,6 +64,19 @@ pub(crate) fn current_lease() -> Option<Lease> {
     }
 }
 
+/// Whether the running code is inside a gated body admitted through
+/// `group` (this very group of this very runtime): a step-down or shutdown
+/// called from there cannot wait for the drain, which waits for it.
+pub(crate) fn inside(group: &Group) -> bool {
+    match CURRENT.get() {
+        Current::Outside => false,
+        Current::Cached(current, _) => std::ptr::eq(current, group),
+        Current::Shared => SHARED
+            .try_with(|(current, _)| std::ptr::eq(&**current, group))
+            .unwrap_or(false),
+    }
+}
+
 /// `CURRENT` set for as long as this lives; the outer value comes back on
 /// drop, also when the body panics.
 struct Enter(Current);

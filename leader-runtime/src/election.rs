@@ -11,7 +11,7 @@ use tokio::sync::{broadcast, mpsc};
 use tokio::time::{sleep_until, Instant};
 use tokio_util::sync::CancellationToken;
 
-use crate::backend::{Acquire, Backend, Op, Renew};
+use crate::backend::{Acquire, Backend, Op, Renew, SafeStart};
 use crate::config::Config;
 use crate::events::{Event, LostReason};
 use crate::group::{Command, Group, MailboxRx};
@@ -39,8 +39,13 @@ pub(crate) enum Callback {
 /// The acquisition that starts a leadership.
 struct Won {
     token: u64,
-    fresh: bool,
+    /// When the acquire was sent: the view lasts one ttl from then.
     sent: Instant,
+    /// When the view may begin (safe start), if not at once: the wait the
+    /// server asked for, counted from when its reply *arrived*, so a slow
+    /// reply cannot shorten it.
+    ready_at: Option<Instant>,
+    why: SafeStart,
 }
 
 /// Whether the election goes on after a leadership ended.
@@ -148,12 +153,19 @@ impl Election {
                 )
                 .await;
             let wait = match result {
-                Ok(Acquire::Won { token, fresh }) => {
+                Ok(Acquire::Won { token, wait, why }) => {
+                    let received = Instant::now();
                     self.recovered();
                     self.group
                         .observed
                         .saw_holder(Some(&self.ctx.config.instance_id));
-                    return Some(Won { token, fresh, sent });
+                    let ready_at = (!wait.is_zero()).then(|| received + wait);
+                    return Some(Won {
+                        token,
+                        sent,
+                        ready_at,
+                        why,
+                    });
                 }
                 Ok(Acquire::Held { holder, pttl }) => {
                     self.recovered();
@@ -238,14 +250,26 @@ impl Election {
             .ctx
             .backend
             .renew_at(won.sent + renew_every, renew_every);
-        // Safe start: with the token counter gone, a leader from before the
-        // data loss may still believe it leads for up to one ttl.
-        let mut ready_at = won.fresh.then_some(won.sent + ttl);
+        // Safe start: an earlier holder may still believe it leads.
+        let mut ready_at = won.ready_at;
         let mut tenure = None;
-        if ready_at.is_some() {
-            tracing::info!(token = won.token, "won with a fresh token counter (first election or data loss): leading after one ttl");
-        } else {
-            tenure = Some(self.begin(won.token, valid_until));
+        match (ready_at, won.why) {
+            (None, _) => tenure = Some(self.begin(won.token, valid_until)),
+            (Some(ready), SafeStart::First | SafeStart::No) => tracing::info!(
+                token = won.token,
+                wait = ?ready.saturating_duration_since(Instant::now()),
+                "acquired; no earlier record of this group (its first election, or Redis lost its data), so leading after one ttl"
+            ),
+            (Some(ready), SafeStart::Unvouched) => tracing::warn!(
+                token = won.token,
+                wait = ?ready.saturating_duration_since(Instant::now()),
+                "acquired; the group's record was written by another Redis process (a restart from disk, a failover or a restore), so leading after one ttl"
+            ),
+            (Some(ready), SafeStart::Early) => tracing::warn!(
+                token = won.token,
+                wait = ?ready.saturating_duration_since(Instant::now()),
+                "acquired; the lease key vanished before the last holder's time (eviction or a manual DEL), so leading once that time has passed"
+            ),
         }
         self.group.mark_first_round();
         loop {
@@ -482,3 +506,9 @@ pub(crate) mod tests;
 
 #[cfg(test)]
 mod eligibility_tests;
+
+#[cfg(test)]
+mod partial_loss_tests;
+
+#[cfg(test)]
+mod inside_body_tests;

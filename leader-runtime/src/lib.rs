@@ -180,28 +180,69 @@
 //! | Redis down or slow | the leader retries its renew quickly while its view is valid; the view ends at `valid_until` ([`LostReason::Expired`]), before the lease can expire on the server. Followers retry every `retry_interval`. Every call has a timeout no longer than what the view has left. When Redis is back, an election happens by itself |
 //! | a network partition | the side cut off from Redis behaves as "Redis down"; the side that reaches it elects a new leader once the old lease expired on the server — after the old leader's view ended |
 //! | someone else holds the key when the leader renews | the view ends at once ([`LostReason::Superseded`]) |
-//! | Redis lost its data (restart without persistence, failover to an empty replica) | **safe start**: the token counter is gone too, and the next leader's view turns true only after one `ttl`, so no leader from before the loss can still believe it leads. A brand-new Redis looks the same, so the very first election of a group waits one `ttl` |
+//! | Redis lost its data (restart without persistence, failover to an empty replica, `FLUSHALL`) | **safe start**: the group's record is gone too, and the next leader's view turns true only after one `ttl`, so no leader from before the loss can still believe it leads. A brand-new Redis looks the same, so the very first election of a group waits one `ttl` |
+//! | Redis lost the lease key alone (eviction under a `volatile-*` policy, a manual `DEL`) | the record still says until when the last holder may lead: a new leader takes the lease but its view begins only then — never while the old one's can still be running. The old leader's next renew finds the key gone and its view ends ([`LostReason::Expired`]) |
+//! | Redis restarted from an RDB or AOF file, restored from a backup, or a replica promoted (Sentinel, a managed failover) | the records were written by another server process (its `run_id`), which may have seen renewals after the file was written or the replica fell behind: the next leader of each group waits one full `ttl` (safe start) |
 //! | a body still runs when the view ends | the case fencing tokens are for: [`current_lease`]`()`'s [`Lease::token`] is strictly greater than every earlier token of the group, also across Redis restarts. Or stop the body: `cancel_on_loss`, or `select!` on [`Lease::lost`] |
 //! | the global runtime is not configured | gated bodies do not run (fail closed) and one error is logged |
 //!
-//! What is *not* guaranteed: a process paused (or a clock that runs slow)
-//! for longer than its drift margin can act after its view should have ended
-//! — the fencing token is the defence there. Redis replication is
-//! asynchronous: a failover to a replica that had not yet received the
-//! lease can elect a second leader (the fencing token still orders them).
+//! What is *not* guaranteed:
+//!
+//! - a process paused (or a clock that runs slow) for longer than its drift
+//!   margin can act after its view should have ended — the fencing token is
+//!   the defence there;
+//! - the view is measured on `CLOCK_MONOTONIC`, which **does not advance
+//!   while a VM or host is suspended** (a laptop lid, a paused VM, some live
+//!   migrations): a leader resumed after a suspension still has, by its
+//!   clock, whatever time its view had left when it was suspended, while the
+//!   lease may have expired on the server and another instance may lead. It
+//!   keeps believing so until its next renewal finds the lease gone (within
+//!   `renew_interval`) or that remaining time runs out. A paused *process*
+//!   (SIGSTOP, a long GC-like stall) is safe: the monotonic clock runs on.
+//!   Fence writes from machines that can be suspended;
+//! - server time: the record's times are the Redis server's wall clock
+//!   (`TIME`), as are Redis's own key expiries; a server clock stepped
+//!   backwards or forwards by more than the drift margin breaks both;
+//! - Redis replication is asynchronous, and Redis itself can have two
+//!   primaries for a while (a partitioned primary keeps accepting writes
+//!   until it notices): a leader renewing on an old primary while another
+//!   acquires on the new one is beyond what any lease on Redis can prevent.
+//!   `min-replicas-to-write` on the server (and [`ConfigBuilder::min_replicas`])
+//!   bound that window; the fencing token still orders the two. See
+//!   DEPLOYING.md.
 //!
 //! # The lease algorithm
 //!
 //! Keys of one group share one Redis Cluster hash slot: `{prefix}:{<group>}:lease`
-//! (the holder's instance id, with the lease's expiry) and
-//! `{prefix}:{<group>}:token` (the last fencing token, no expiry). Each
-//! operation is one Lua script, atomic on the server:
+//! (the holder's instance id, with the lease's expiry) and the group's
+//! *record* `{prefix}:{<group>}:token` (a hash, no expiry):
+//!
+//! | field | meaning |
+//! | --- | --- |
+//! | `token` | the last fencing token issued (decimal, exact, at most `i64::MAX`) |
+//! | `until` | server time (unix ms) until which the last holder, the current one included, may believe it leads: `max(until, now + ttl)` at every acquire and renew |
+//! | `prior` | server time until which the holders *before* the current one may believe they lead |
+//! | `run` | the `run_id` of the Redis process that wrote them |
+//!
+//! A server *vouches* for a record whose `run` is its own. Each operation is
+//! one Lua script, atomic on the server (`backend/*.lua`, their headers say
+//! the same):
 //!
 //! | op | semantics |
 //! | --- | --- |
-//! | acquire | if absent: set our id with `PX ttl`, issue a token = max(last token + 1, server `TIME` in µs), return it (and whether the counter was missing: safe start). If we hold it already: extend it (re-claim after an election restart). Else return the holder and its remaining `PTTL` |
-//! | renew | if we hold it: `PEXPIRE ttl`; else say who (nobody, or someone else) |
-//! | release | if we hold it: delete it and publish `"<group> <id>"` on `{prefix}:released` |
+//! | acquire | if someone else holds the lease: return the holder and its remaining `PTTL`. Else (absent, or ours: a re-claim after an election restart) set our id with `PX ttl`, issue a token = max(last token + 1, server `TIME` in µs), and say how long our view must **wait**: one `ttl` when there is no record (first election, data loss) or the server does not vouch for it (restart from disk, promoted replica, restore); else until `until` has passed (`prior` for a re-claim) — zero after a natural expiry or a clean release, the rest of the old holder's time after an eviction or `DEL`. A malformed record is an error, and nothing is written |
+//! | renew | if we hold it: `PEXPIRE ttl`, and the record's `until` follows; else say who (nobody, or someone else) |
+//! | release | if we hold it: delete it, lower `until` to `max(prior, now)` (we drained and ended our view first; the holders before us may still count), and publish `"<group> <id>"` on `{prefix}:released` |
+//!
+//! **The rule:** a new leader's view begins only once every earlier holder's
+//! view has certainly ended. The wait is counted from when the acquire's
+//! reply *arrived*, so a slow reply cannot shorten it; the view itself lasts
+//! from when the acquire was *sent*. So a graceful handover stays one round
+//! trip, a crash failover stays within `ttl` of the last renew with no added
+//! wait, and partial losses cost at most one `ttl` of leaderless time. The
+//! rule is checked by a model of the protocol (`model/` in the repository,
+//! with stateright) under message delay and loss, crashes, key loss, data
+//! loss, restores of older states and failovers.
 //!
 //! Timings, with the [`Config`] defaults (`ttl` 15 s, `renew_interval` 5 s,
 //! `retry_interval` 2 s, call timeout ≤ 2 s, drift margin 1% of `ttl` + 2 ms):
@@ -305,8 +346,10 @@
 //! timings exactly (pause it from the start, `#[tokio::test(start_paused =
 //! true)]`: a leadership that began on the running clock follows a paused
 //! one from its next renewal). It can also fake an outage ([`MemoryBackend::set_available`]),
-//! a data loss ([`MemoryBackend::flush`]) and an intruder
-//! ([`MemoryBackend::overwrite`]):
+//! a data loss ([`MemoryBackend::flush`]), the loss of a lease key alone
+//! ([`MemoryBackend::lose_lease`]), a restart from an older snapshot or a
+//! promoted replica ([`MemoryBackend::snapshot`], [`MemoryBackend::restore`])
+//! and an intruder ([`MemoryBackend::overwrite`]):
 //!
 //! ```
 //! use std::time::Duration;
@@ -383,7 +426,7 @@ use std::future::Future;
 pub use leader_macros::leader_only;
 use tokio::sync::broadcast;
 
-pub use crate::backend::MemoryBackend;
+pub use crate::backend::{MemoryBackend, MemorySnapshot};
 pub use crate::config::{
     Config, ConfigBuilder, DEFAULT_KEY_PREFIX, DEFAULT_RENEW_INTERVAL, DEFAULT_RETRY_INTERVAL,
     DEFAULT_TTL,

@@ -52,15 +52,19 @@ fn is_name_byte(b: u8) -> bool {
 pub(crate) struct GroupKeys {
     /// Holds the leader's instance id, with the lease's TTL.
     pub(crate) lease: String,
-    /// The last fencing token issued for the group (no TTL).
-    pub(crate) token: String,
+    /// The group's record (no TTL): the last fencing token issued, and until
+    /// when earlier holders may still lead (see `backend/record.lua`). The
+    /// key keeps the name it had when it held the token alone, so an
+    /// instance of an older version fails on it (WRONGTYPE) instead of
+    /// issuing tokens beside it.
+    pub(crate) record: String,
 }
 
 impl GroupKeys {
     pub(crate) fn new(prefix: &str, group: &str) -> Self {
         Self {
             lease: format!("{prefix}:{{{group}}}:lease"),
-            token: format!("{prefix}:{{{group}}}:token"),
+            record: format!("{prefix}:{{{group}}}:token"),
         }
     }
 }
@@ -114,7 +118,7 @@ mod tests {
     fn keys_share_one_hash_tag() {
         let keys = GroupKeys::new("leader", "cleanup");
         assert_eq!(keys.lease, "leader:{cleanup}:lease");
-        assert_eq!(keys.token, "leader:{cleanup}:token");
+        assert_eq!(keys.record, "leader:{cleanup}:token");
         #[cfg(feature = "cron")]
         assert_eq!(
             tick_key("leader", "cleanup", "purge:1700000000000"),

@@ -349,6 +349,13 @@ impl Runtime {
     /// # }
     /// ```
     ///
+    /// Called from inside a gated body of the same group, it cannot wait
+    /// for the drain (which waits for that body): it stops admitting new
+    /// runs and returns `Ok(())` at once, and the lease is released when the
+    /// body (and any other run in flight) has returned — so the next leader
+    /// still never starts while this body runs. A release error is then only
+    /// logged.
+    ///
     /// # Errors
     ///
     /// [`Error::InvalidGroup`]; [`Error::ShutDown`]; the backend's error if the
@@ -365,6 +372,18 @@ impl Runtime {
             .send(Command::StepDown(reply))
             .await
             .map_err(|_| Error::ShutDown)?;
+        Self::await_hand_over(&group, answer).await
+    }
+
+    /// The election's answer to a hand-over command — unless the caller is a
+    /// gated body of that group: the drain waits for it, so it must not wait
+    /// for the drain. It returns at once then, and the release follows when
+    /// the body has returned.
+    async fn await_hand_over(group: &Group, answer: oneshot::Receiver<Result<()>>) -> Result<()> {
+        if crate::current::inside(group) {
+            tracing::debug!(group = %group.name, "hand-over asked from inside its own gated body: it completes when the body returns");
+            return Ok(());
+        }
         answer.await.map_err(|_| Error::ShutDown)?
     }
 
@@ -508,7 +527,9 @@ impl Runtime {
     ///   the lease, as [`step_down`](Self::step_down) does (the loss is
     ///   reported with [`LostReason::SteppedDown`](crate::LostReason::SteppedDown));
     ///   then make no acquire attempts until eligible again. Returns after
-    ///   the release.
+    ///   the release — or at once when called from inside a gated body of
+    ///   the same group, which the drain waits for (the release then follows
+    ///   when the body has returned).
     /// - `false` while following: stop making acquire attempts. A group never
     ///   used before is registered ineligible, so its first use does not
     ///   campaign.
@@ -567,7 +588,7 @@ impl Runtime {
             .send(Command::SetEligible(eligible, reply))
             .await
             .map_err(|_| Error::ShutDown)?;
-        answer.await.map_err(|_| Error::ShutDown)?
+        Self::await_hand_over(&group, answer).await
     }
 
     /// Claim cron tick `tick` of `group` fleet-wide (`SET NX PX ttl`);
@@ -611,6 +632,11 @@ impl Runtime {
     /// # }
     /// ```
     ///
+    /// Called from inside a gated body of this runtime, it cannot wait for
+    /// the drain (which waits for that body): it starts the stop and returns
+    /// at once, and the body's group releases its lease when the body has
+    /// returned.
+    ///
     /// # Cancel safety
     ///
     /// The stop is started at the first poll and goes on if this future is dropped.
@@ -618,6 +644,16 @@ impl Runtime {
         let shared = &self.inner.shared;
         shared.ctx.stop.cancel();
         shared.tasks.close();
+        let inside_own_body = shared
+            .groups
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .values()
+            .any(|g| crate::current::inside(g));
+        if inside_own_body {
+            tracing::debug!("shutdown asked from inside a gated body: its group hands over when the body returns");
+            return;
+        }
         shared.tasks.wait().await;
     }
 

@@ -43,6 +43,17 @@ async fn transition(rx: &mut broadcast::Receiver<Event>, limit: Duration) -> Eve
     .expect("no transition in time")
 }
 
+/// The server process's `run_id`, which vouches for the records it wrote.
+async fn run_id(server: &RedisServer) -> String {
+    let info = server.cmd(&["INFO", "server"]).await.unwrap();
+    let info = info.as_str().unwrap().to_owned();
+    info.lines()
+        .find_map(|l| l.strip_prefix("run_id:"))
+        .unwrap()
+        .trim()
+        .to_owned()
+}
+
 fn elected_token(e: Event) -> u64 {
     match e {
         Event::Elected { token, .. } => token,
@@ -87,7 +98,7 @@ async fn first_election_on_a_new_server_waits_one_ttl_then_holds_the_key() {
         .as_int()
         .unwrap();
     server.check(pttl > 0 && pttl <= 1000, format!("pttl {pttl}"));
-    let stored = server.cmd(&["GET", TOKEN_KEY]).await.unwrap();
+    let stored = server.cmd(&["HGET", TOKEN_KEY, "token"]).await.unwrap();
     assert_eq!(stored.as_str().unwrap().parse::<u64>().unwrap(), token);
     b.shutdown().await; // a follower: nothing to release
     assert_eq!(server.cmd(&["GET", LEASE_KEY]).await.unwrap(), "a");
@@ -99,8 +110,15 @@ async fn first_election_on_a_new_server_waits_one_ttl_then_holds_the_key() {
 #[tokio::test]
 async fn reclaims_its_own_lease_at_once_after_a_restart_of_the_election() {
     let server = RedisServer::start().await.unwrap();
-    // A previous run of instance "a" holds the lease for 30 s more.
-    server.cmd(&["SET", TOKEN_KEY, "1000"]).await.unwrap();
+    // A previous run of instance "a" holds the lease for 30 s more, on this
+    // very server process (its record vouched for), nobody before it.
+    let run = run_id(&server).await;
+    server
+        .cmd(&[
+            "HSET", TOKEN_KEY, "token", "1000", "until", "0", "prior", "0", "run", &run,
+        ])
+        .await
+        .unwrap();
     server
         .cmd(&["SET", LEASE_KEY, "a", "PX", "30000"])
         .await

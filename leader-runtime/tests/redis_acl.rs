@@ -19,7 +19,7 @@ const PASSWORD: &str = "app-s3cret-pw";
 const WRONG: &str = "wr0ng-pa55word";
 /// Exactly the rules the docs of `ConfigBuilder::redis_url` list.
 const RULES: &str = "~leader:* &leader:released +evalsha +eval +script|load +get +set \
-                     +pexpire +pttl +del +time +publish +subscribe +ping";
+                     +pexpire +pttl +del +time +info +type +hmget +hset +publish +subscribe +ping";
 
 async fn server() -> RedisServer {
     RedisServer::builder()

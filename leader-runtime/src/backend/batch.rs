@@ -17,18 +17,20 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use super::Renew;
+use crate::names::GroupKeys;
 use crate::{Error, Result};
 
-/// At most this many keys per script call, which bounds how long one call
+/// At most this many groups per script call (two keys each), which bounds how long one call
 /// keeps the server busy (well under a millisecond).
-const MAX_KEYS: usize = 500;
+const MAX_GROUPS: usize = 500;
 
 /// The grid is at most this fine; it is finer for renew intervals under 500 ms.
 const MAX_GRID: Duration = Duration::from_millis(250);
 
 struct Request {
     group: String,
-    key: String,
+    /// The lease key and the record key.
+    keys: GroupKeys,
     id: String,
     ttl_ms: u64,
     reply: oneshot::Sender<Result<Renew>>,
@@ -57,8 +59,14 @@ impl RenewBatcher {
     {
         let (requests, rx) = mpsc::unbounded_channel();
         let scripts = Arc::new(Scripts {
-            one: Script::new(include_str!("renew.lua")),
-            many: Script::new(include_str!("renew_many.lua")),
+            one: Script::new(concat!(
+                include_str!("record.lua"),
+                include_str!("renew.lua")
+            )),
+            many: Script::new(concat!(
+                include_str!("record.lua"),
+                include_str!("renew_many.lua")
+            )),
         });
         tokio::spawn(run(conn, cluster, scripts, rx));
         Self {
@@ -86,14 +94,14 @@ impl RenewBatcher {
     pub(crate) async fn renew(
         &self,
         group: &str,
-        key: &str,
+        keys: &GroupKeys,
         id: &str,
         ttl_ms: u64,
     ) -> Result<Renew> {
         let (reply, answer) = oneshot::channel();
         let request = Request {
             group: group.to_owned(),
-            key: key.to_owned(),
+            keys: keys.clone(),
             id: id.to_owned(),
             ttl_ms,
             reply,
@@ -134,7 +142,7 @@ async fn run<C>(
         let mut chunks: HashMap<(String, u64, u16), Vec<Request>> = HashMap::new();
         for request in batch {
             let slot = if cluster {
-                slot(request.key.as_bytes())
+                slot(request.keys.lease.as_bytes())
             } else {
                 0
             };
@@ -142,7 +150,7 @@ async fn run<C>(
                 .entry((request.id.clone(), request.ttl_ms, slot))
                 .or_default();
             chunk.push(request);
-            if chunk.len() == MAX_KEYS {
+            if chunk.len() == MAX_GROUPS {
                 let full = std::mem::take(chunk);
                 tokio::spawn(send(conn.clone(), scripts.clone(), full));
             }
@@ -163,7 +171,7 @@ async fn send<C: ConnectionLike>(mut conn: C, scripts: Arc<Scripts>, chunk: Vec<
     };
     let mut call = script.prepare_invoke();
     for request in &chunk {
-        call.key(&request.key);
+        call.key(&request.keys.lease).key(&request.keys.record);
     }
     call.arg(id).arg(ttl_ms);
     let reply: redis::RedisResult<Value> = call.invoke_async(&mut conn).await;

@@ -9,7 +9,7 @@ use tokio::sync::broadcast;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::{Acquire, NoticeSink, Op, Renew};
+use super::{Acquire, NoticeSink, Op, Renew, SafeStart};
 use crate::names::GroupKeys;
 use crate::{Error, Result};
 
@@ -54,14 +54,48 @@ struct Inner {
 
 #[derive(Debug, Default)]
 struct State {
-    leases: HashMap<String, (String, Instant)>,
-    tokens: HashMap<String, u64>,
-    /// Keys set with [`MemoryBackend::claim`] (`SET NX PX`), with their expiry.
-    claims: HashMap<String, Instant>,
-    /// Whether data was ever lost ([`MemoryBackend::flush`]): only then can a
-    /// missing token counter hide an earlier leader.
+    data: Data,
+    /// Which "server process" this is: a [`MemoryBackend::restore`] starts a
+    /// new one, like a Redis restarted from a snapshot (its `run_id`).
+    run: u64,
+    /// Whether data was ever lost ([`MemoryBackend::flush`], a restore): only
+    /// then can a missing record hide an earlier leader.
     flushed: bool,
 }
+
+/// What a snapshot keeps.
+#[derive(Debug, Default, Clone)]
+struct Data {
+    leases: HashMap<String, (String, Instant)>,
+    records: HashMap<String, Record>,
+    /// Keys set with [`MemoryBackend::claim`] (`SET NX PX`), with their expiry.
+    claims: HashMap<String, Instant>,
+}
+
+/// A group's record, as `backend/record.lua` describes it.
+#[derive(Debug, Clone, Copy)]
+struct Record {
+    /// The last fencing token issued.
+    token: u64,
+    /// Until when the last holder (the current one included) may lead.
+    until: Instant,
+    /// Until when the holders before the current one may lead.
+    prior: Instant,
+    /// The server process that wrote `until` and `prior`.
+    run: u64,
+}
+
+/// The data of a [`MemoryBackend`] at one moment, to [`restore`] later as a
+/// Redis restarted from an older snapshot (or a lagging replica promoted).
+///
+/// [`restore`]: MemoryBackend::restore
+#[derive(Debug, Clone)]
+pub struct MemorySnapshot {
+    data: Data,
+}
+
+/// The largest token: fits a signed 64-bit column of any store.
+const MAX_TOKEN: u64 = i64::MAX as u64;
 
 impl Default for MemoryBackend {
     fn default() -> Self {
@@ -137,9 +171,79 @@ impl MemoryBackend {
     /// ```
     pub fn flush(&self) {
         let mut state = self.state();
-        state.leases.clear();
-        state.tokens.clear();
-        state.claims.clear();
+        state.data = Data::default();
+        state.flushed = true;
+    }
+
+    /// Simulate the loss of one group's lease key alone, as an eviction
+    /// under a `volatile-*` policy or a manual `DEL` would: the record stays,
+    /// so the next leader's view waits until the last one's has certainly
+    /// ended.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use leader_runtime::{Config, MemoryBackend, Runtime};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), leader_runtime::Error> {
+    /// let backend = MemoryBackend::new();
+    /// let runtime = Runtime::new(Config::builder().memory(backend.clone()).instance_id("a").build()?)?;
+    /// runtime.run_if_leader("jobs", || async {}).await;
+    /// backend.lose_lease("leader", "jobs");
+    /// assert_eq!(runtime.leader_id("jobs").await?, None);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn lose_lease(&self, key_prefix: &str, group: &str) {
+        let keys = GroupKeys::new(key_prefix, group);
+        self.state().data.leases.remove(&keys.lease);
+    }
+
+    /// The data as it is now, to [`restore`](Self::restore) later.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use leader_runtime::MemoryBackend;
+    ///
+    /// let backend = MemoryBackend::new();
+    /// let snapshot = backend.snapshot();
+    /// backend.restore(&snapshot);
+    /// ```
+    pub fn snapshot(&self) -> MemorySnapshot {
+        MemorySnapshot {
+            data: self.state().data.clone(),
+        }
+    }
+
+    /// Simulate a server restarted from an older snapshot, or a lagging
+    /// replica promoted: the data is `snapshot`'s again (leases past their
+    /// expiry are gone), and it is a new server process, which vouches for
+    /// none of the records it finds. So the next leader of each group waits
+    /// one ttl before its view begins, since leaders may have renewed on the
+    /// old server after the snapshot was taken.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use leader_runtime::{Config, MemoryBackend, Runtime};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), leader_runtime::Error> {
+    /// let backend = MemoryBackend::new();
+    /// let before = backend.snapshot(); // nobody leads yet
+    /// let runtime = Runtime::new(Config::builder().memory(backend.clone()).instance_id("a").build()?)?;
+    /// runtime.run_if_leader("jobs", || async {}).await;
+    /// backend.restore(&before);
+    /// assert_eq!(runtime.leader_id("jobs").await?, None);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn restore(&self, snapshot: &MemorySnapshot) {
+        let mut state = self.state();
+        state.data = snapshot.data.clone();
+        state.run += 1;
         state.flushed = true;
     }
 
@@ -166,6 +270,7 @@ impl MemoryBackend {
     pub fn overwrite(&self, key_prefix: &str, group: &str, holder: &str, ttl: Duration) {
         let keys = GroupKeys::new(key_prefix, group);
         self.state()
+            .data
             .leases
             .insert(keys.lease, (holder.to_owned(), Instant::now() + ttl));
     }
@@ -191,40 +296,77 @@ impl MemoryBackend {
 
     /// The live holder of `key` and its expiry, dropping it if expired.
     fn live<'s>(state: &'s mut State, key: &str) -> Option<&'s (String, Instant)> {
+        let leases = &mut state.data.leases;
         let now = Instant::now();
-        if state.leases.get(key).is_some_and(|(_, exp)| *exp <= now) {
-            state.leases.remove(key);
+        if leases.get(key).is_some_and(|(_, exp)| *exp <= now) {
+            leases.remove(key);
         }
-        state.leases.get(key)
+        leases.get(key)
     }
 
     pub(super) fn acquire(&self, op: &Op<'_>, ttl: Duration) -> Result<Acquire> {
         self.check_available(op.group)?;
         let mut state = self.state();
-        if let Some((holder, exp)) = Self::live(&mut state, &op.keys.lease) {
-            if holder != op.id {
+        let reclaim = match Self::live(&mut state, &op.keys.lease) {
+            Some((holder, exp)) if holder != op.id => {
                 let pttl = exp.saturating_duration_since(Instant::now());
                 return Ok(Acquire::Held {
                     holder: holder.clone(),
                     pttl: Some(pttl),
                 });
             }
-        }
+            Some(_) => true,
+            None => false,
+        };
+        // The rule of acquire.lua, on tokio's clock.
+        let now = Instant::now();
+        let record = state.data.records.get(&op.keys.record).copied();
+        let (wait, why, prior) = match record {
+            // A new store had no earlier leader; a flushed one may have.
+            None if !state.flushed => (Duration::ZERO, SafeStart::No, now),
+            None => (ttl, SafeStart::First, now + ttl),
+            Some(r) if r.run != state.run => (ttl, SafeStart::Unvouched, now + ttl),
+            Some(r) => {
+                // A re-claim waits only for the holders before us.
+                let earlier = if reclaim { r.prior } else { r.until };
+                let wait = earlier.saturating_duration_since(now);
+                let why = if wait.is_zero() {
+                    SafeStart::No
+                } else {
+                    SafeStart::Early
+                };
+                (wait, why, r.until)
+            }
+        };
         let now_us = SystemTime::now()
             .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_micros() as u64)
+            .map(|d| u64::try_from(d.as_micros()).unwrap_or(MAX_TOKEN))
             .unwrap_or_default();
-        let (token, fresh) = match state.tokens.get(&op.keys.token) {
-            Some(last) => (last.saturating_add(1).max(now_us), false),
-            // A new store had no earlier leader; a flushed one may have.
-            None => (now_us, state.flushed),
+        let token = match record {
+            Some(r) if r.token >= MAX_TOKEN => {
+                return Err(Error::Protocol {
+                    group: op.group.to_owned(),
+                    message: "fencing tokens exhausted".to_owned(),
+                })
+            }
+            Some(r) => (r.token + 1).max(now_us),
+            None => now_us,
         };
-        state.tokens.insert(op.keys.token.clone(), token);
-        state.leases.insert(
-            op.keys.lease.clone(),
-            (op.id.to_owned(), Instant::now() + ttl),
+        let run = state.run;
+        state.data.records.insert(
+            op.keys.record.clone(),
+            Record {
+                token,
+                until: prior.max(now + ttl),
+                prior,
+                run,
+            },
         );
-        Ok(Acquire::Won { token, fresh })
+        state
+            .data
+            .leases
+            .insert(op.keys.lease.clone(), (op.id.to_owned(), now + ttl));
+        Ok(Acquire::Won { token, wait, why })
     }
 
     pub(super) fn renew(&self, op: &Op<'_>, ttl: Duration) -> Result<Renew> {
@@ -233,10 +375,17 @@ impl MemoryBackend {
         let found = Self::live(&mut state, &op.keys.lease).map(|(h, _)| h == op.id);
         Ok(match found {
             Some(true) => {
-                state.leases.insert(
-                    op.keys.lease.clone(),
-                    (op.id.to_owned(), Instant::now() + ttl),
-                );
+                let now = Instant::now();
+                let run = state.run;
+                state
+                    .data
+                    .leases
+                    .insert(op.keys.lease.clone(), (op.id.to_owned(), now + ttl));
+                if let Some(r) = state.data.records.get_mut(&op.keys.record) {
+                    let until = if r.run == run { r.until } else { now };
+                    r.until = until.max(now + ttl);
+                    r.run = run;
+                }
                 Renew::Renewed
             }
             Some(false) => Renew::Other,
@@ -249,7 +398,14 @@ impl MemoryBackend {
         let mut state = self.state();
         let ours = Self::live(&mut state, &op.keys.lease).is_some_and(|(h, _)| h == op.id);
         if ours {
-            state.leases.remove(&op.keys.lease);
+            let run = state.run;
+            state.data.leases.remove(&op.keys.lease);
+            if let Some(r) = state.data.records.get_mut(&op.keys.record) {
+                if r.run == run {
+                    // We drained and ended our view: only earlier holders count.
+                    r.until = r.prior.max(Instant::now());
+                }
+            }
             drop(state);
             // No receiver is fine: nobody waits.
             let _ = self
@@ -276,12 +432,12 @@ impl MemoryBackend {
     ) -> Result<bool> {
         self.check_available(group)?;
         let now = Instant::now();
-        let mut state = self.state();
-        state.claims.retain(|_, expires| *expires > now);
-        if state.claims.contains_key(key) {
+        let claims = &mut self.state().data.claims;
+        claims.retain(|_, expires| *expires > now);
+        if claims.contains_key(key) {
             return Ok(false);
         }
-        state.claims.insert(key.to_owned(), now + ttl);
+        claims.insert(key.to_owned(), now + ttl);
         Ok(true)
     }
 

@@ -15,7 +15,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-pub use self::memory::MemoryBackend;
+pub use self::memory::{MemoryBackend, MemorySnapshot};
 pub(crate) use self::redis::{RedisBackend, RedisConfig, RedisOptions};
 use crate::names::GroupKeys;
 use crate::Result;
@@ -23,17 +23,48 @@ use crate::Result;
 /// What an acquire found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Acquire {
-    /// We hold the lease now, with a new fencing token.
+    /// We hold the lease now, with a new fencing token; our view may begin
+    /// only `wait` after the reply arrived, for the reason `why`.
     Won {
         token: u64,
-        /// The token counter was missing: first election, or data loss.
-        fresh: bool,
+        wait: Duration,
+        why: SafeStart,
     },
     /// Another instance holds it; `pttl` is its remaining life if it expires.
     Held {
         holder: String,
         pttl: Option<Duration>,
     },
+}
+
+/// Why a new leader's view must wait before it begins: an earlier holder
+/// may still believe it leads (DESIGN.md, "Safe start" and "Partial loss").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SafeStart {
+    /// Nobody else can lead: the view begins at once.
+    No,
+    /// No record of the group: its first election, or the server lost its
+    /// data. One ttl.
+    First,
+    /// The record was written by another server process (a restart from an
+    /// RDB or AOF file, a promoted replica, a restore). One ttl.
+    Unvouched,
+    /// The lease key vanished before the last holder's time (eviction, a
+    /// manual `DEL`): until that time.
+    Early,
+}
+
+impl SafeStart {
+    /// The wait of a reply that said `why` (the acquire script's words).
+    pub(crate) fn from_script(why: &[u8]) -> Option<Self> {
+        Some(match why {
+            b"" => SafeStart::No,
+            b"first" => SafeStart::First,
+            b"unvouched" => SafeStart::Unvouched,
+            b"early" => SafeStart::Early,
+            _ => return None,
+        })
+    }
 }
 
 /// What a renew found.

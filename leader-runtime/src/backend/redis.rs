@@ -19,7 +19,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::batch::RenewBatcher;
-use super::{Acquire, NoticeSink, Op, Renew};
+use super::{Acquire, NoticeSink, Op, Renew, SafeStart};
 use crate::config::redact_url;
 use crate::names::GroupKeys;
 use crate::{Error, Result};
@@ -319,9 +319,10 @@ pub(crate) struct RedisBackend {
     min_replicas: u32,
     /// How long `WAIT` may block (half the call timeout).
     wait_timeout: Duration,
-    /// Groups whose acquisition found the token counter missing but was not
-    /// confirmed by enough replicas: the next win still counts as fresh.
-    unconfirmed_fresh: Arc<Mutex<HashSet<String>>>,
+    /// Groups whose acquisition had to wait (a safe start) but was not
+    /// confirmed by enough replicas: the record it wrote may be lost in a
+    /// failover, so the next win still waits one ttl.
+    unconfirmed_waits: Arc<Mutex<HashSet<String>>>,
 }
 
 /// `redis::Script` retries with `SCRIPT LOAD` on `NOSCRIPT`, which is what a
@@ -370,12 +371,18 @@ impl RedisBackend {
             conn,
             notice_nodes: clients.nodes.into(),
             scripts: Arc::new(Scripts {
-                acquire: Script::new(include_str!("acquire.lua")),
-                release: Script::new(include_str!("release.lua")),
+                acquire: Script::new(concat!(
+                    include_str!("record.lua"),
+                    include_str!("acquire.lua")
+                )),
+                release: Script::new(concat!(
+                    include_str!("record.lua"),
+                    include_str!("release.lua")
+                )),
             }),
             min_replicas: config.options.min_replicas,
             wait_timeout: (call_timeout / 2).max(Duration::from_millis(1)),
-            unconfirmed_fresh: Arc::default(),
+            unconfirmed_waits: Arc::default(),
         })
     }
 
@@ -387,7 +394,7 @@ impl RedisBackend {
             .scripts
             .acquire
             .key(&op.keys.lease)
-            .key(&op.keys.token)
+            .key(&op.keys.record)
             .arg(op.id)
             .arg(millis(ttl))
             .invoke_async(&mut self.conn.clone())
@@ -406,7 +413,7 @@ impl RedisBackend {
             .arg(script.get_hash())
             .arg(2)
             .arg(&op.keys.lease)
-            .arg(&op.keys.token)
+            .arg(&op.keys.record)
             .arg(op.id)
             .arg(millis(ttl));
         pipe.cmd("WAIT")
@@ -435,18 +442,24 @@ impl RedisBackend {
         };
         let acquired = parse_acquire(op.group, reply)?;
         let mut unconfirmed = self
-            .unconfirmed_fresh
+            .unconfirmed_waits
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         match acquired {
-            Acquire::Won { token, fresh } => {
-                let fresh = fresh || unconfirmed.contains(op.group);
+            Acquire::Won {
+                token,
+                mut wait,
+                mut why,
+            } => {
+                if unconfirmed.contains(op.group) && wait < ttl {
+                    (wait, why) = (ttl, SafeStart::Unvouched);
+                }
                 let acks = match acks.extract_error().map_err(err)? {
                     Value::Int(n) => n,
                     other => return Err(protocol_err(op.group, "WAIT", &other)),
                 };
                 if acks < i64::from(self.min_replicas) {
-                    if fresh {
+                    if why != SafeStart::No {
                         unconfirmed.insert(op.group.to_owned());
                     }
                     return Err(Error::Backend {
@@ -459,7 +472,7 @@ impl RedisBackend {
                     });
                 }
                 unconfirmed.remove(op.group);
-                Ok(Acquire::Won { token, fresh })
+                Ok(Acquire::Won { token, wait, why })
             }
             held @ Acquire::Held { .. } => {
                 unconfirmed.remove(op.group);
@@ -469,7 +482,7 @@ impl RedisBackend {
     }
     pub(super) async fn renew(&self, op: &Op<'_>, ttl: Duration) -> Result<Renew> {
         self.renewals
-            .renew(op.group, &op.keys.lease, op.id, millis(ttl))
+            .renew(op.group, op.keys, op.id, millis(ttl))
             .await
     }
 
@@ -483,6 +496,7 @@ impl RedisBackend {
             .scripts
             .release
             .key(&op.keys.lease)
+            .key(&op.keys.record)
             .arg(op.id)
             .arg(channel)
             .arg(op.group)
@@ -634,14 +648,29 @@ async fn listen(
 
 fn parse_acquire(group: &str, reply: Value) -> Result<Acquire> {
     let items = match reply {
-        Value::Array(items) if items.len() == 3 => items,
+        Value::Array(items) if items.len() == 3 || items.len() == 4 => items,
         other => return Err(protocol_err(group, "acquire", &other)),
     };
     match (&items[0], &items[1], &items[2]) {
-        (Value::Int(1), Value::Int(token), Value::Int(fresh)) if *token > 0 => Ok(Acquire::Won {
-            token: *token as u64,
-            fresh: *fresh == 1,
-        }),
+        (Value::Int(1), Value::BulkString(token), Value::Int(wait)) => {
+            let why = match items.get(3) {
+                Some(Value::BulkString(why)) => SafeStart::from_script(why),
+                _ => None,
+            };
+            // The token travels as a decimal string: exact up to u64::MAX.
+            let token = std::str::from_utf8(token)
+                .ok()
+                .and_then(|t| t.parse::<u64>().ok())
+                .filter(|t| *t > 0);
+            match (token, u64::try_from(*wait), why) {
+                (Some(token), Ok(wait), Some(why)) => Ok(Acquire::Won {
+                    token,
+                    wait: Duration::from_millis(wait),
+                    why,
+                }),
+                _ => Err(protocol_err(group, "acquire", &Value::Array(items))),
+            }
+        }
         (Value::Int(0), Value::BulkString(holder), Value::Int(pttl)) => Ok(Acquire::Held {
             holder: String::from_utf8_lossy(holder).into_owned(),
             pttl: u64::try_from(*pttl).ok().map(Duration::from_millis),
@@ -758,12 +787,29 @@ mod tests {
 
     #[test]
     fn acquire_replies() {
-        let won = Value::Array(vec![Value::Int(1), Value::Int(42), Value::Int(1)]);
+        let won = |token: &str, wait: i64, why: &str| {
+            Value::Array(vec![
+                Value::Int(1),
+                Value::BulkString(token.into()),
+                Value::Int(wait),
+                Value::BulkString(why.into()),
+            ])
+        };
         assert_eq!(
-            parse_acquire("g", won).unwrap(),
+            parse_acquire("g", won("42", 1000, "first")).unwrap(),
             Acquire::Won {
                 token: 42,
-                fresh: true
+                wait: Duration::from_secs(1),
+                why: SafeStart::First,
+            }
+        );
+        // Above 2^53 (where a double would round) and up to u64::MAX, exactly.
+        assert_eq!(
+            parse_acquire("g", won("9007199254740993", 0, "")).unwrap(),
+            Acquire::Won {
+                token: 9_007_199_254_740_993,
+                wait: Duration::ZERO,
+                why: SafeStart::No,
             }
         );
         let held = Value::Array(vec![
@@ -790,7 +836,13 @@ mod tests {
         for bad in [
             Value::Nil,
             Value::Int(1),
-            Value::Array(vec![Value::Int(1), Value::Int(-5), Value::Int(0)]),
+            won("-5", 0, ""),
+            won("0", 0, ""),
+            won("1e300", 0, ""),
+            won("18446744073709551616", 0, ""),
+            won("7", -1, ""),
+            won("7", 0, "sometime"),
+            Value::Array(vec![Value::Int(1), Value::Int(42), Value::Int(0)]),
             Value::Array(vec![Value::Int(7), Value::Int(1), Value::Int(0)]),
         ] {
             assert!(matches!(

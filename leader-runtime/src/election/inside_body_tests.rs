@@ -1,0 +1,83 @@
+//! Hand-overs asked from inside a gated body of the same group: the drain
+//! waits for that body, so the call must not wait for the drain.
+
+use std::time::Duration;
+
+use tokio::time::{sleep, Instant};
+
+use super::tests::{instance, next_transition, settle, G, TTL};
+use crate::{Event, MemoryBackend, Runtime};
+
+/// `a` leads; its body asks for a hand-over with `hand_over`, then works
+/// for `work`. Returns how long the hand-over call took, and when the body
+/// returned.
+async fn hand_over_inside<F, Fut>(a: &Runtime, work: Duration, hand_over: F) -> (Duration, Instant)
+where
+    F: FnOnce(Runtime) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let rt = a.clone();
+    a.run_if_leader(G, || async move {
+        let asked = Instant::now();
+        hand_over(rt).await;
+        let took = asked.elapsed();
+        sleep(work).await;
+        (took, Instant::now())
+    })
+    .await
+    .expect("a leads")
+}
+
+async fn check(
+    hand_over: impl FnOnce(Runtime) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>,
+) {
+    let mem = MemoryBackend::new();
+    let (a, b) = (instance(&mem, "a"), instance(&mem, "b"));
+    assert!(a.run_if_leader(G, || async {}).await.is_some());
+    assert_eq!(b.run_if_leader(G, || async {}).await, None);
+    // When b's view begins, as it happens (not when this task looks).
+    let mut b_events = b.subscribe();
+    let b_elected = tokio::spawn(async move {
+        let Event::Elected { .. } = next_transition(&mut b_events).await else {
+            panic!("expected Elected")
+        };
+        Instant::now()
+    });
+    // Work for less than the view has left: the drain waits for it all.
+    let work = TTL / 2;
+    let (took, body_returned) = hand_over_inside(&a, work, hand_over).await;
+    // The call did not wait for the drain (before: the whole view, ~ttl).
+    assert!(
+        took < Duration::from_millis(10),
+        "the hand-over call took {took:?}"
+    );
+    // b leads only after a's body returned, one round trip later.
+    let b_elected = b_elected.await.unwrap();
+    assert!(
+        b_elected >= body_returned,
+        "b leads {:?} before a's body returned",
+        body_returned - b_elected
+    );
+    assert!(
+        b_elected - body_returned < Duration::from_millis(10),
+        "{:?}",
+        b_elected - body_returned
+    );
+    settle().await;
+    assert!(!a.is_leader(G));
+}
+
+#[tokio::test(start_paused = true)]
+async fn step_down_inside_the_body_returns_at_once_and_releases_after_it() {
+    check(|rt| Box::pin(async move { rt.step_down(G).await.unwrap() })).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn set_eligible_false_inside_the_body_returns_at_once_and_releases_after_it() {
+    check(|rt| Box::pin(async move { rt.set_eligible(G, false).await.unwrap() })).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_inside_the_body_returns_at_once_and_releases_after_it() {
+    check(|rt| Box::pin(async move { rt.shutdown().await })).await;
+}

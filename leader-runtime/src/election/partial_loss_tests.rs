@@ -1,0 +1,186 @@
+//! Partial data loss on the in-memory backend, with paused time: the lease
+//! key lost while its record stays (eviction, `DEL`), an older state restored
+//! (a snapshot, a promoted replica). A new leader's view must not begin
+//! before every earlier holder's view has certainly ended.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::time::{sleep, Instant};
+
+use super::tests::{instance, next_transition, settle, G, RENEW, TTL};
+use crate::{Event, MemoryBackend, Runtime};
+
+/// One instance's views of `G`, as its events tell them: `(start, end)`,
+/// `end` being the earlier of its `Lost` and the last `valid_until` it
+/// reported (a view ends by itself then, whatever the election does).
+#[derive(Clone, Default)]
+struct Views(Arc<Mutex<Vec<(Instant, Instant)>>>);
+
+impl Views {
+    fn watch(rt: &Runtime) -> Self {
+        let views = Views::default();
+        let out = views.clone();
+        let mut rx = rt.subscribe();
+        tokio::spawn(async move {
+            while let Ok(event) = rx.recv().await {
+                let now = Instant::now();
+                let mut v = out.0.lock().unwrap();
+                match event {
+                    Event::Elected { valid_until, .. } => v.push((now, valid_until)),
+                    Event::Renewed { valid_until, .. } => {
+                        if let Some(last) = v.last_mut() {
+                            last.1 = valid_until;
+                        }
+                    }
+                    Event::Lost { .. } => {
+                        if let Some(last) = v.last_mut() {
+                            last.1 = last.1.min(now);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        });
+        views
+    }
+
+    fn get(&self) -> Vec<(Instant, Instant)> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+/// No two views of different instances overlap.
+fn assert_disjoint(all: &[(&str, &Views)]) {
+    for (i, (a, va)) in all.iter().enumerate() {
+        for (b, vb) in &all[i + 1..] {
+            for &(s1, e1) in &va.get() {
+                for &(s2, e2) in &vb.get() {
+                    assert!(
+                        e1 <= s2 || e2 <= s1,
+                        "{a}'s view {s1:?}..{e1:?} overlaps {b}'s {s2:?}..{e2:?}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Elect `a`, then run until just after one of its renewals; returns the
+/// end of its view then.
+async fn lead_and_renew(a: &Runtime) -> Instant {
+    assert!(a.run_if_leader(G, || async {}).await.is_some());
+    sleep(RENEW + Duration::from_millis(1)).await;
+    settle().await;
+    a.status()
+        .into_iter()
+        .find(|s| s.group == G)
+        .and_then(|s| s.valid_for)
+        .map(|left| Instant::now() + left)
+        .unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lost_lease_key_delays_a_newcomer_until_the_last_view_ended() {
+    let mem = MemoryBackend::new();
+    let a = instance(&mem, "a");
+    let va = Views::watch(&a);
+    let a_view_end = lead_and_renew(&a).await;
+    // Evicted (or DEL'd) while a leads; an instance starting right now (a
+    // rolling deploy) takes the lease at once...
+    mem.lose_lease("leader", G);
+    let c = instance(&mem, "c");
+    let vc = Views::watch(&c);
+    let mut c_events = c.subscribe();
+    assert_eq!(c.run_if_leader(G, || async {}).await, None);
+    assert_eq!(c.leader_id(G).await.unwrap().as_deref(), Some("c"));
+    // ...but its view begins only once a's has certainly ended.
+    let Event::Elected { .. } = next_transition(&mut c_events).await else {
+        panic!("expected Elected")
+    };
+    assert!(
+        Instant::now() >= a_view_end,
+        "c leads {:?} before a's view ends",
+        a_view_end - Instant::now()
+    );
+    assert!(c.is_leader(G) && !a.is_leader(G));
+    assert_disjoint(&[("a", &va), ("c", &vc)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_restored_snapshot_makes_the_next_view_wait_one_ttl() {
+    let mem = MemoryBackend::new();
+    let a = instance(&mem, "a");
+    let va = Views::watch(&a);
+    assert!(a.run_if_leader(G, || async {}).await.is_some());
+    let snapshot = mem.snapshot();
+    // a renews for longer than a ttl after the snapshot: the snapshot's lease
+    // has expired, but a still leads on the server it renews on.
+    sleep(TTL + RENEW / 2).await;
+    settle().await;
+    assert!(a.is_leader(G));
+    mem.restore(&snapshot);
+    let restored_at = Instant::now();
+    let c = instance(&mem, "c");
+    let vc = Views::watch(&c);
+    let mut c_events = c.subscribe();
+    assert_eq!(c.run_if_leader(G, || async {}).await, None);
+    let Event::Elected { .. } = next_transition(&mut c_events).await else {
+        panic!("expected Elected")
+    };
+    // The restored record vouches for nothing: one full ttl.
+    assert!(Instant::now() >= restored_at + TTL);
+    assert_disjoint(&[("a", &va), ("c", &vc)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_release_during_a_safe_start_still_waits_for_the_holder_before() {
+    let mem = MemoryBackend::new();
+    let a = instance(&mem, "a");
+    let va = Views::watch(&a);
+    let a_view_end = lead_and_renew(&a).await;
+    mem.lose_lease("leader", G);
+    // c takes the lease while a's view may still run, and steps down before
+    // its own view began: the release must not clear the wait for a's.
+    let c = instance(&mem, "c");
+    let vc = Views::watch(&c);
+    assert_eq!(c.run_if_leader(G, || async {}).await, None);
+    let mut a_events = a.subscribe();
+    c.step_down(G).await.unwrap();
+    let d = instance(&mem, "d");
+    let vd = Views::watch(&d);
+    let mut d_events = d.subscribe();
+    assert_eq!(d.run_if_leader(G, || async {}).await, None);
+    // The next view, a's (it renews on c's release notice, finds the lease
+    // gone and campaigns again) or d's, begins only after a's last one ended.
+    loop {
+        let event = tokio::select! {
+            e = next_transition(&mut a_events) => e,
+            e = next_transition(&mut d_events) => e,
+        };
+        if let Event::Elected { .. } = event {
+            break;
+        }
+    }
+    assert!(Instant::now() >= a_view_end);
+    assert_disjoint(&[("a", &va), ("c", &vc), ("d", &vd)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_clean_handover_waits_for_nothing() {
+    let mem = MemoryBackend::new();
+    let (a, b) = (instance(&mem, "a"), instance(&mem, "b"));
+    lead_and_renew(&a).await;
+    assert_eq!(b.run_if_leader(G, || async {}).await, None);
+    let mut b_events = b.subscribe();
+    let stepped = Instant::now();
+    a.step_down(G).await.unwrap();
+    let Event::Elected { .. } = next_transition(&mut b_events).await else {
+        panic!("expected Elected")
+    };
+    assert_eq!(
+        Instant::now(),
+        stepped,
+        "the release notice hands over at once"
+    );
+}
