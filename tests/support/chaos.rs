@@ -538,6 +538,17 @@ pub async fn inject(
         }
         Fault::AofRestore | Fault::AofRestoreJoin => {
             aof_on(fleet).await?;
+            // At least one renewal in the file before the part that is cut.
+            let member = fleet.member(leader);
+            let from = member.lines().len();
+            member
+                .wait_line(
+                    from,
+                    |l| matches!(l, Line::Renewed { token, .. } if *token == leader_token),
+                    ttl + PATIENCE,
+                )
+                .await
+                .map_err(|e| format!("no renewal with the AOF on: {e}"))?;
             let incr = fleet.redis.aof_incr_file().map_err(err)?;
             let t = monotonic_now_ns();
             let kept = std::fs::metadata(&incr).map_err(err)?.len();
@@ -764,24 +775,31 @@ async fn evicted_keys(fleet: &Fleet) -> Result<u64, String> {
 }
 
 /// Turn the AOF on (`appendfsync everysec`) unless it is, and wait until
-/// its base file is written.
+/// its base file is written. Automatic rewrites are off, so the file the
+/// fault cuts stays the one Redis appends to (in a long mix, eviction
+/// faults append megabytes of filler to it).
 async fn aof_on(fleet: &Fleet) -> Result<(), String> {
     let err = |e: std::io::Error| e.to_string();
     let redis = &fleet.redis;
-    if redis
+    let on = redis
         .info_field("persistence", "aof_enabled")
         .await
         .map_err(err)?
-        != Some("1".into())
-    {
-        for (name, value) in [("appendfsync", "everysec"), ("appendonly", "yes")] {
-            redis
-                .cmd(&["CONFIG", "SET", name, value])
-                .await
-                .map_err(err)?
-                .ok()
-                .map_err(err)?;
-        }
+        == Some("1".into());
+    let mut settings = vec![
+        ("appendfsync", "everysec"),
+        ("auto-aof-rewrite-percentage", "0"),
+    ];
+    if !on {
+        settings.push(("appendonly", "yes"));
+    }
+    for (name, value) in settings {
+        redis
+            .cmd(&["CONFIG", "SET", name, value])
+            .await
+            .map_err(err)?
+            .ok()
+            .map_err(err)?;
     }
     let deadline = monotonic_now_ns() + PATIENCE.as_nanos() as u64;
     loop {
