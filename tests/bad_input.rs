@@ -108,7 +108,7 @@ async fn unreachable_redis_at_startup_then_it_appears() {
         format!("checks took {elapsed:?}"),
     );
 
-    fleet.redis.start_again().await.unwrap();
+    fleet.redis_mut().start_again().await.unwrap();
     let back = monotonic_now_ns();
     let (slot, line) = fleet
         .wait_elected_after(back, ttl * 5)

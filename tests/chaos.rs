@@ -250,15 +250,15 @@ async fn random_mix() {
                         fleet.spawn(slot);
                     }
                 }
-                if fleet.redis.pid().is_none() {
-                    let _ = fleet.redis.start_again().await;
+                if fleet.redis().pid().is_none() {
+                    let _ = fleet.redis_mut().start_again().await;
                 }
                 // Lift a memory limit an eviction fault left, with its filler.
                 let _ = heal_memory(&fleet).await;
                 // Remove what a key fault left (never an instance's lease:
                 // deleting that would let a second instance lead).
                 let _ = fleet
-                    .redis
+                    .redis()
                     .cmd(&["EVAL", CLEAN_KEY, "1", fleet.lease_key()])
                     .await;
             }

@@ -385,15 +385,15 @@ pub async fn inject(
             }
         }
         Fault::RedisRestart => {
-            fleet.redis.restart().await.map_err(err)?;
+            fleet.redis_mut().restart().await.map_err(err)?;
             let back = monotonic_now_ns();
             recovered_after!(back, "Redis restarted empty");
         }
         Fault::RedisDown => {
             let t = monotonic_now_ns();
-            fleet.redis.stop().await.map_err(err)?;
+            fleet.redis_mut().stop().await.map_err(err)?;
             sleep_until_ns(after(t, 2 * ttl)).await;
-            fleet.redis.start_again().await.map_err(err)?;
+            fleet.redis_mut().start_again().await.map_err(err)?;
             let back = monotonic_now_ns();
             recovered_after!(back, "Redis came back empty");
         }
@@ -401,7 +401,7 @@ pub async fn inject(
             let key = fleet.lease_key();
             let t = monotonic_now_ns();
             fleet
-                .redis
+                .redis()
                 .cmd(&["SET", key, "intruder"])
                 .await
                 .map_err(err)?
@@ -428,7 +428,7 @@ pub async fn inject(
             }
             sleep_until_ns(after(t, ttl)).await;
             let fixed = monotonic_now_ns();
-            fleet.redis.cmd(&["DEL", key]).await.map_err(err)?;
+            fleet.redis().cmd(&["DEL", key]).await.map_err(err)?;
             if let Some(w) = fleet.history().first_window_after(t) {
                 if w.start < fixed {
                     return Err(format!("elected while the key held another value: {w:?}"));
@@ -440,7 +440,7 @@ pub async fn inject(
             let key = fleet.lease_key();
             let t = monotonic_now_ns();
             fleet
-                .redis
+                .redis()
                 .cmd(&[
                     "EVAL",
                     "redis.call('DEL', KEYS[1]) return redis.call('HSET', KEYS[1], 'f', 'v')",
@@ -472,7 +472,7 @@ pub async fn inject(
             }
             sleep_until_ns(after(t, ttl)).await;
             let fixed = monotonic_now_ns();
-            fleet.redis.cmd(&["DEL", key]).await.map_err(err)?;
+            fleet.redis().cmd(&["DEL", key]).await.map_err(err)?;
             if let Some(w) = fleet.history().first_window_after(t) {
                 if w.start < fixed {
                     return Err(format!("elected while the key was a hash: {w:?}"));
@@ -483,7 +483,7 @@ pub async fn inject(
         Fault::DelLease | Fault::DelLeaseJoin => {
             let t = monotonic_now_ns();
             let deleted = fleet
-                .redis
+                .redis()
                 .cmd(&["DEL", fleet.lease_key()])
                 .await
                 .map_err(err)?;
@@ -509,22 +509,22 @@ pub async fn inject(
         Fault::RdbRestore | Fault::RdbRestoreJoin => {
             let t = monotonic_now_ns();
             fleet
-                .redis
+                .redis()
                 .cmd(&["SAVE"])
                 .await
                 .map_err(err)?
                 .ok()
                 .map_err(err)?;
             let saved_run = fleet
-                .redis
+                .redis()
                 .info_field("server", "run_id")
                 .await
                 .map_err(err)?;
             // Renewals go on; the snapshot's lease expires meanwhile.
             sleep_until_ns(after(t, ttl * 3 / 2)).await;
-            let log_from = fleet.redis.log().len();
+            let log_from = fleet.redis().log().len();
             fleet
-                .redis
+                .redis_mut()
                 .restart_from(Persisted::Rdb)
                 .await
                 .map_err(err)?;
@@ -549,19 +549,19 @@ pub async fn inject(
                 )
                 .await
                 .map_err(|e| format!("no renewal with the AOF on: {e}"))?;
-            let incr = fleet.redis.aof_incr_file().map_err(err)?;
+            let incr = fleet.redis().aof_incr_file().map_err(err)?;
             let t = monotonic_now_ns();
             let kept = std::fs::metadata(&incr).map_err(err)?.len();
             let run = fleet
-                .redis
+                .redis()
                 .info_field("server", "run_id")
                 .await
                 .map_err(err)?;
             sleep_until_ns(after(t, ttl * 3 / 2)).await;
-            let log_from = fleet.redis.log().len();
-            fleet.redis.kill().await.map_err(err)?;
+            let log_from = fleet.redis().log().len();
+            fleet.redis_mut().kill().await.map_err(err)?;
             // Still the file Redis appended to (no rewrite in between).
-            if fleet.redis.aof_incr_file().map_err(err)? != incr {
+            if fleet.redis().aof_incr_file().map_err(err)? != incr {
                 return Err(format!(
                     "the AOF was rewritten; {} is not current",
                     incr.display()
@@ -580,7 +580,7 @@ pub async fn inject(
                 .and_then(|f| f.set_len(kept))
                 .map_err(err)?;
             fleet
-                .redis
+                .redis_mut()
                 .start_again_from(Persisted::Aof)
                 .await
                 .map_err(err)?;
@@ -634,7 +634,7 @@ async fn evict_lease_key(fleet: &Fleet, policy: &str) -> Result<Eviction, String
     const HEADROOM: u64 = 256 * 1024;
     const MAX_WRITES: usize = 20_000;
     let err = |e: std::io::Error| e.to_string();
-    let redis = &fleet.redis;
+    let redis = &fleet.redis();
     let lease_key = fleet.lease_key().to_owned();
     let config_get = |name: &'static str| async move {
         match redis.cmd(&["CONFIG", "GET", name]).await {
@@ -750,12 +750,12 @@ async fn evict_lease_key(fleet: &Fleet, policy: &str) -> Result<Eviction, String
 /// after an eviction fault that failed half-way.
 pub async fn heal_memory(fleet: &Fleet) -> std::io::Result<()> {
     fleet
-        .redis
+        .redis()
         .cmd(&["CONFIG", "SET", "maxmemory", "0"])
         .await?
         .ok()?;
     let flush = async {
-        let mut conn = fleet.redis.connect().await?;
+        let mut conn = fleet.redis().connect().await?;
         conn.cmd(&["SELECT", "1"]).await?.ok()?;
         conn.cmd(&["FLUSHDB"]).await?.ok().map(drop)
     };
@@ -766,7 +766,7 @@ pub async fn heal_memory(fleet: &Fleet) -> std::io::Result<()> {
 
 async fn evicted_keys(fleet: &Fleet) -> Result<u64, String> {
     fleet
-        .redis
+        .redis()
         .info_field("stats", "evicted_keys")
         .await
         .map_err(|e| e.to_string())?
@@ -780,7 +780,7 @@ async fn evicted_keys(fleet: &Fleet) -> Result<u64, String> {
 /// faults append megabytes of filler to it).
 async fn aof_on(fleet: &Fleet) -> Result<(), String> {
     let err = |e: std::io::Error| e.to_string();
-    let redis = &fleet.redis;
+    let redis = &fleet.redis();
     let on = redis
         .info_field("persistence", "aof_enabled")
         .await
@@ -833,7 +833,7 @@ async fn restored(
     loaded: &str,
     old_run: Option<String>,
 ) -> Result<String, String> {
-    let log = fleet.redis.log();
+    let log = fleet.redis().log();
     let new = log.get(log_from..).unwrap_or_default();
     if !new.contains(loaded) {
         return Err(format!(
@@ -841,7 +841,7 @@ async fn restored(
         ));
     }
     let run = fleet
-        .redis
+        .redis()
         .info_field("server", "run_id")
         .await
         .map_err(|e| e.to_string())?;
