@@ -201,6 +201,7 @@ impl Election {
                 cmd = self.commands.recv() => match cmd {
                     // Not leader: nothing to hand over.
                     Some(Command::StepDown(reply)) => { let _ = reply.send(Ok(())); }
+                    Some(Command::Forget(reply)) => { let _ = reply.send(Ok(())); return false; }
                     // Re-enter the loop: it checks the new eligibility.
                     Some(Command::SetEligible(_, reply)) => { let _ = reply.send(Ok(())); return true; }
                     None => return false,
@@ -231,6 +232,10 @@ impl Election {
                 cmd = self.commands.recv() => match cmd {
                     Some(Command::StepDown(reply) | Command::SetEligible(_, reply)) => {
                         let _ = reply.send(Ok(()));
+                    }
+                    Some(Command::Forget(reply)) => {
+                        let _ = reply.send(Ok(()));
+                        return false;
                     }
                     None => return false,
                 },
@@ -299,6 +304,11 @@ impl Election {
                         let result = self.hand_over(tenure, valid_until, LostReason::SteppedDown).await;
                         let _ = reply.send(result);
                         return Flow::Campaign;
+                    }
+                    Some(Command::Forget(reply)) => {
+                        let result = self.hand_over(tenure, valid_until, LostReason::SteppedDown).await;
+                        let _ = reply.send(result);
+                        return Flow::Stop;
                     }
                     None => {
                         let _ = self.hand_over(tenure, valid_until, LostReason::Shutdown).await;
@@ -512,3 +522,6 @@ mod partial_loss_tests;
 
 #[cfg(test)]
 mod inside_body_tests;
+
+#[cfg(test)]
+mod bounds_tests;

@@ -100,6 +100,10 @@ where
         };
     };
     match admit(&**group) {
+        // A forgotten group: look it up again (it may be registered anew).
+        None if group.is_forgotten() => Gated::Lookup {
+            body: Box::pin(site.lookup_and_run(cancel_on_loss, body)),
+        },
         None => Gated::NotLeader,
         Some(admitted) if !cancel_on_loss => Gated::Run {
             body: Handle::scope(admitted, body),
@@ -153,7 +157,7 @@ where
     F: FnOnce() -> T,
 {
     match site.cached() {
-        Some(group) => Some(Handle::scope_sync(admit(&**group)?, body)),
-        None => Some(Handle::scope_sync(admit(site.lookup_sync()?)?, body)),
+        Some(group) if !group.is_forgotten() => Some(Handle::scope_sync(admit(&**group)?, body)),
+        _ => Some(Handle::scope_sync(admit(site.lookup_sync()?)?, body)),
     }
 }

@@ -28,7 +28,16 @@ pub(crate) enum Command {
     /// [`Observed`]): hand over if it is now false and we lead, campaign
     /// again if it is now true.
     SetEligible(bool, oneshot::Sender<Result<()>>),
+    /// The group was forgotten ([`Runtime::forget`](crate::Runtime::forget)):
+    /// hand over if leading, then end the election.
+    Forget(oneshot::Sender<Result<()>>),
 }
+
+/// At most this many ended leaderships are kept for gated runs still in
+/// flight under them (a body that never returns would otherwise keep one per
+/// leadership change, for ever). A run admitted under an older one finds no
+/// [`current_lease`](crate::current_lease) any more: its view ended long ago.
+const MAX_RETIRED: usize = 64;
 
 pub(crate) struct Group {
     pub(crate) name: Arc<str>,
@@ -50,6 +59,9 @@ pub(crate) struct Group {
     retired: Mutex<Vec<Arc<Tenure>>>,
     /// False while draining: no new gated runs start.
     admitting: AtomicBool,
+    /// Removed from its runtime's registry: call sites that cached it look
+    /// the group up again.
+    forgotten: AtomicBool,
     in_flight: AtomicUsize,
     drained: Notify,
     /// A release notice from another instance arrived.
@@ -74,6 +86,7 @@ impl Group {
             current: ArcSwapOption::empty(),
             retired: Mutex::new(Vec::new()),
             admitting: AtomicBool::new(false),
+            forgotten: AtomicBool::new(false),
             in_flight: AtomicUsize::new(0),
             drained: Notify::new(),
             released: Notify::new(),
@@ -172,7 +185,28 @@ impl Group {
             retired.clear();
         } else {
             retired.extend(ended);
+            if retired.len() > MAX_RETIRED {
+                let excess = retired.len() - MAX_RETIRED;
+                retired.drain(..excess);
+                tracing::warn!(group = %self.name, "a gated run has been in flight across {MAX_RETIRED} leaderships; current_lease() inside the oldest runs now returns None");
+            }
         }
+    }
+
+    /// Mark the group removed from its runtime's registry.
+    pub(crate) fn forget(&self) {
+        self.forgotten.store(true, SeqCst);
+    }
+
+    /// Whether the group was removed from its runtime's registry.
+    pub(crate) fn is_forgotten(&self) -> bool {
+        self.forgotten.load(SeqCst)
+    }
+
+    /// How many ended leaderships are kept for runs in flight.
+    #[cfg(test)]
+    pub(crate) fn retired_len(&self) -> usize {
+        self.retired().len()
     }
 
     /// Stop admitting new gated runs, then wait for those in flight, at most

@@ -394,8 +394,9 @@
 //! | `metrics` | the metrics above, through the `metrics` facade |
 //! | `cron` | [`cron::job`](cron/fn.job.html): tokio-cron-scheduler jobs that run each tick once, on the leader |
 //! | `tls` | `rediss://` URLs, through rustls |
-#![forbid(unsafe_code)]
 #![warn(missing_docs)]
+// On docs.rs: "Available on crate feature … only" on feature-gated items.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![cfg_attr(
     not(test),
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
@@ -411,6 +412,7 @@ mod election;
 mod error;
 mod events;
 mod gate;
+mod gate_future;
 mod global;
 mod group;
 mod jitter;
@@ -617,6 +619,30 @@ pub async fn set_eligible(group: &str, eligible: bool) -> Result<()> {
         .await
 }
 
+/// Forget `group` on the current runtime: hand over if leading, end its
+/// election, drop it from the registry; see [`Runtime::forget`].
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn example() -> leader_runtime::Result<()> {
+/// let tenant = "tenant-42";
+/// if leader_runtime::is_leader(tenant) { /* … */ }
+/// // the tenant is gone: stop its election
+/// leader_runtime::forget(tenant).await?;
+/// # Ok(()) }
+/// ```
+///
+/// # Errors
+///
+/// [`Error::NotConfigured`] without a runtime; otherwise as [`Runtime::forget`].
+pub async fn forget(group: &str) -> Result<()> {
+    global::current()
+        .ok_or(Error::NotConfigured)?
+        .forget(group)
+        .await
+}
+
 /// Release every lease held by the current runtime and stop its elections;
 /// see [`Runtime::shutdown`]. Does nothing without one.
 ///
@@ -639,4 +665,5 @@ pub async fn shutdown() {
 /// Not public API: the contract between `#[leader_only]` expansions and the runtime.
 pub mod __private {
     pub use crate::gate::{gate_async, gate_sync, CallSite};
+    pub use crate::gate_future::{gate_future, Box, Default, Option};
 }

@@ -387,6 +387,56 @@ impl Runtime {
         answer.await.map_err(|_| Error::ShutDown)?
     }
 
+    /// Forget `group` on this instance: hand its lease over if leading
+    /// (drain, then release, as [`step_down`](Self::step_down)), end its
+    /// election and drop it from the registry, so that it costs nothing any
+    /// more. A later call naming it registers it anew.
+    ///
+    /// Groups named at run time (`is_leader(name)` with names made up as the
+    /// program runs — a tenant, a shard) each start an election that runs
+    /// until the runtime stops: forget those you no longer need, or the
+    /// elections add up. Called from inside a gated body of the group, it
+    /// returns at once and the release follows when the body has returned.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use leader_runtime::{Config, MemoryBackend, Runtime};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), leader_runtime::Error> {
+    /// let runtime = Runtime::new(Config::builder().memory(MemoryBackend::new()).instance_id("a").build()?)?;
+    /// runtime.run_if_leader("tenant-42", || async {}).await;
+    /// runtime.forget("tenant-42").await?;
+    /// assert!(runtime.status().is_empty());
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidGroup`]; the backend's error if the release failed
+    /// (the lease expires by itself within one `ttl`).
+    pub async fn forget(&self, group: &str) -> Result<()> {
+        validate_group(group)?;
+        let removed = self
+            .inner
+            .shared
+            .groups
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(group);
+        let Some(group) = removed else {
+            return Ok(());
+        };
+        group.forget();
+        let (reply, answer) = oneshot::channel();
+        if group.commands.send(Command::Forget(reply)).await.is_err() {
+            return Ok(()); // the election has ended already
+        }
+        Self::await_hand_over(&group, answer).await
+    }
+
     /// The lease of the gated body running on this task (see
     /// [`current_lease`](crate::current_lease)).
     ///
@@ -723,7 +773,7 @@ impl Runtime {
         Ok(group)
     }
 
-    fn registered(&self, name: &str) -> Option<Arc<Group>> {
+    pub(crate) fn registered(&self, name: &str) -> Option<Arc<Group>> {
         self.inner
             .shared
             .groups

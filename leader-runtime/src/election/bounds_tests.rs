@@ -1,0 +1,63 @@
+//! What a group keeps is bounded: ended leaderships kept for a body that
+//! never returns, and groups named at run time (forgotten on request).
+
+use std::time::Duration;
+
+use tokio::time::{sleep, Instant};
+
+use super::tests::{instance, next_transition, settle, G, TTL};
+use crate::{Event, MemoryBackend};
+
+#[tokio::test(start_paused = true)]
+async fn a_body_that_never_returns_keeps_a_bounded_number_of_ended_leaderships() {
+    let mem = MemoryBackend::new();
+    let a = instance(&mem, "a");
+    assert!(a.run_if_leader(G, || async {}).await.is_some());
+    // A body admitted now that never returns.
+    let stuck = a.clone();
+    tokio::spawn(async move { stuck.run_if_leader(G, std::future::pending::<()>).await });
+    settle().await;
+    let group = a.registered(G).unwrap();
+    assert_eq!(group.in_flight(), 1);
+    let mut events = a.subscribe();
+    // 100 leaderships: step down (the drain gives up at the view's end),
+    // then lead again alone after the cooldown.
+    for _ in 0..100 {
+        a.step_down(G).await.unwrap();
+        loop {
+            if let Event::Elected { .. } = next_transition(&mut events).await {
+                break;
+            }
+        }
+    }
+    assert_eq!(group.in_flight(), 1);
+    assert!(group.retired_len() <= 64, "{}", group.retired_len());
+}
+
+#[tokio::test(start_paused = true)]
+async fn forgetting_a_group_hands_over_and_ends_its_election() {
+    let mem = MemoryBackend::new();
+    let (a, b) = (instance(&mem, "a"), instance(&mem, "b"));
+    assert!(a.run_if_leader(G, || async {}).await.is_some());
+    assert_eq!(b.run_if_leader(G, || async {}).await, None);
+    let mut b_events = b.subscribe();
+    let group = a.registered(G).unwrap();
+    let forgotten_at = Instant::now();
+    a.forget(G).await.unwrap();
+    assert!(a.status().is_empty() && a.stats(G).is_none());
+    // Handed over in one round trip.
+    let Event::Elected { .. } = next_transition(&mut b_events).await else {
+        panic!("expected Elected")
+    };
+    assert_eq!(Instant::now(), forgotten_at);
+    // a's election ended: nothing holds the group but us; no acquire
+    // attempts any more.
+    sleep(TTL * 10).await;
+    assert_eq!(std::sync::Arc::strong_count(&group), 1);
+    assert_eq!(group.counters.snapshot().acquire_attempts, 1);
+    // Named again, it campaigns again.
+    assert_eq!(a.run_if_leader(G, || async {}).await, None);
+    b.shutdown().await;
+    sleep(Duration::from_millis(10)).await;
+    assert!(a.is_leader(G));
+}
