@@ -2,7 +2,8 @@
 //!
 //! - [`RedisServer`]: a real `redis-server` per test, on a free loopback
 //!   port, that a test can kill, restart on the same port, stop and start
-//!   again, pause and resume; its log goes into failure messages.
+//!   again, pause and resume, or crash and restart from its RDB snapshot or
+//!   AOF ([`Persisted`]); its log goes into failure messages.
 //! - [`FaultProxy`]: a TCP proxy between the code under test and Redis that
 //!   adds delay or jitter, black-holes traffic, resets connections or refuses
 //!   new ones, switchable while connections are live.
@@ -35,7 +36,7 @@ mod tls;
 pub use cluster::{RedisCluster, RedisClusterBuilder};
 pub use process::{monotonic_now_ns, process_state, signal, ChildProcess, OutputLines, Signal};
 pub use proxy::{FaultProxy, Mode};
-pub use redis_server::{RedisServer, RedisServerBuilder};
+pub use redis_server::{Persisted, RedisServer, RedisServerBuilder};
 pub use resp::{Reply, RespConn};
 pub use sentinel::{RedisSentinel, RedisSentinelBuilder};
 pub use tls::{free_port, TlsFiles};
