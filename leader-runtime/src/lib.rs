@@ -410,6 +410,7 @@ mod current;
 mod election;
 mod error;
 mod events;
+pub mod fence;
 mod gate;
 mod global;
 mod group;
@@ -433,6 +434,7 @@ pub use crate::config::{
 };
 pub use crate::error::{Error, Result};
 pub use crate::events::{Event, LostReason};
+pub use crate::fence::{Fence, Fenced};
 pub use crate::global::init;
 pub use crate::lease::Lease;
 pub use crate::runtime::Runtime;
