@@ -478,8 +478,9 @@
 //! | `metrics` | the metrics above, through the `metrics` facade |
 //! | `cron` | [`cron::job`](cron/fn.job.html): tokio-cron-scheduler jobs that run each tick once, on the leader |
 //! | `tls` | `rediss://` URLs, through rustls |
-#![forbid(unsafe_code)]
 #![warn(missing_docs)]
+// On docs.rs: "Available on crate feature … only" on feature-gated items.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![cfg_attr(
     not(test),
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
@@ -496,6 +497,7 @@ mod error;
 mod events;
 pub mod fence;
 mod gate;
+mod gate_future;
 mod global;
 mod group;
 mod jitter;
@@ -749,4 +751,5 @@ pub async fn shutdown() {
 /// Not public API: the contract between `#[leader_only]` expansions and the runtime.
 pub mod __private {
     pub use crate::gate::{gate_async, gate_sync, CallSite};
+    pub use crate::gate_future::{gate_future, Box, Default, Option};
 }

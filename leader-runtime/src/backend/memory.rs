@@ -70,6 +70,7 @@ struct Data {
     leases: HashMap<String, (String, Instant)>,
     records: HashMap<String, Record>,
     /// Keys set with [`MemoryBackend::claim`] (`SET NX PX`), with their expiry.
+    #[cfg(feature = "cron")]
     claims: HashMap<String, Instant>,
     /// Keys written by fenced writes ([`crate::Fence`]).
     fenced: FencedKeys,
