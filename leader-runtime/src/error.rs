@@ -75,6 +75,19 @@ pub enum Error {
         /// How long we waited.
         after: Duration,
     },
+    /// A fenced write named a key outside its group's hash slot (refused
+    /// before anything was sent); name keys with
+    /// [`Fence::key`](crate::Fence::key).
+    #[error(
+        "fenced write for group `{group}`: key {key:?} is not in the group's hash slot \
+         (name it with Fence::key, e.g. \"<prefix>:{{{group}}}:<name>\")"
+    )]
+    KeySlot {
+        /// The group of the lease.
+        group: String,
+        /// The rejected key.
+        key: String,
+    },
     /// The backend (Redis) failed the call.
     #[error("backend error for group `{group}`: {message}")]
     Backend {

@@ -73,6 +73,8 @@ pub(crate) struct Group {
     /// What the status page shows; also the eligibility flag.
     pub(crate) observed: Observed,
     pub(crate) commands: Mailbox,
+    /// Where the fenced writes of this group's leaderships go.
+    pub(crate) fence: std::sync::OnceLock<Arc<crate::fence::Target>>,
 }
 
 impl Group {
@@ -95,6 +97,7 @@ impl Group {
             counters: Counters::default(),
             observed: Observed::new(true),
             commands,
+            fence: std::sync::OnceLock::new(),
         }
     }
 
@@ -149,6 +152,9 @@ impl Group {
 
     /// Start a leadership: publish the view and admit gated runs.
     pub(crate) fn begin(&self, tenure: Arc<Tenure>) {
+        if let Some(target) = self.fence.get() {
+            let _ = tenure.fence.set(target.clone());
+        }
         let view = self.ns(tenure.valid_until());
         let mut retired = self.retired();
         if self.in_flight.load(SeqCst) == 0 {

@@ -32,6 +32,7 @@
 //! - [Quick start](#quick-start)
 //! - [The attribute](#the-attribute)
 //! - [Failure semantics](#failure-semantics)
+//! - [Fencing](#fencing)
 //! - [The lease algorithm](#the-lease-algorithm)
 //! - [The cron recipe](#the-cron-recipe)
 //! - [Operating it: health, draining, metrics](#operating-it-health-draining-metrics)
@@ -193,7 +194,7 @@
 //! | Redis lost its data (restart without persistence, failover to an empty replica, `FLUSHALL`) | **safe start**: the group's record is gone too, and the next leader's view turns true only after one `ttl`, so no leader from before the loss can still believe it leads. A brand-new Redis looks the same, so the very first election of a group waits one `ttl` |
 //! | Redis lost the lease key alone (eviction under a `volatile-*` policy, a manual `DEL`) | the record still says until when the last holder may lead: a new leader takes the lease but its view begins only then — never while the old one's can still be running. The old leader's next renew finds the key gone and its view ends ([`LostReason::Expired`]) |
 //! | Redis restarted from an RDB or AOF file, restored from a backup, or a replica promoted (Sentinel, a managed failover) | the records were written by another server process (its `run_id`), which may have seen renewals after the file was written or the replica fell behind: the next leader of each group waits one full `ttl` (safe start) |
-//! | a body still runs when the view ends | the case fencing tokens are for: [`current_lease`]`()`'s [`Lease::token`] is strictly greater than every earlier token of the group, also across Redis restarts. Or stop the body: `cancel_on_loss`, or `select!` on [`Lease::lost`] |
+//! | a body still runs when the view ends | the case fencing tokens are for: [`current_lease`]`()`'s [`Lease::token`] is strictly greater than every earlier token of the group, also across Redis restarts; write through [`Lease::fence`] (Redis) or a conditional write ([Fencing](#fencing)). Or stop the body: `cancel_on_loss`, or `select!` on [`Lease::lost`] |
 //! | the global runtime is not configured | gated bodies do not run (fail closed) and one error is logged |
 //!
 //! What is *not* guaranteed:
@@ -220,6 +221,89 @@
 //!   `min-replicas-to-write` on the server (and [`ConfigBuilder::min_replicas`])
 //!   bound that window; the fencing token still orders the two. See
 //!   DEPLOYING.md.
+//!
+//! # Fencing
+//!
+//! **When the local view is enough.** A gated body runs only while this
+//! instance's view says it leads, and the view ends before the lease can
+//! expire on the server. For work whose effects are harmless twice, or short
+//! next to the ttl (a body that finishes well within `valid_until`), or that
+//! stops on [`Lease::lost`] / `cancel_on_loss` before each side effect, that
+//! is enough.
+//!
+//! **When fencing is needed.** The view is checked when a body is admitted,
+//! not at each write. A leader paused after admission (a long GC-like stall,
+//! `SIGSTOP`, a suspended VM, swapping) or cut off from Redis while its body
+//! keeps running can write *after* another instance was elected — the
+//! stale write lands on top of the new leader's. Only the store can refuse
+//! it: every leadership carries a fencing token ([`Lease::token`]), strictly
+//! greater than every earlier token of its group, and a fenced store accepts
+//! a write only if no larger token wrote before. Fence every write whose
+//! loss or reordering would be wrong: counters, state machines, "last
+//! processed id", money.
+//!
+//! **Redis, built in.** [`Lease::fence`] gives a [`Fence`]: `set`,
+//! `delete`, `hset`, `incr`, `expire` and your own Lua body
+//! ([`fence::FencedScript`]), each one script call that compares the token
+//! with the group's *high-water mark* — the last token issued, which every
+//! election raises in the group's record (`{prefix}:{group}:token`) — and
+//! writes only if the token is not below it. So a deposed leader is locked
+//! out from the moment its successor is *elected*, before the successor
+//! writes anything. Otherwise the call returns [`Fenced::Stale`] with the
+//! mark (not an error). No record (the server lost its data) refuses every
+//! write until the next election (fail closed). Keys must be in the group's
+//! hash slot — name them with [`Fence::key`] — so the same code runs on
+//! Redis Cluster; other keys are refused with [`Error::KeySlot`] before
+//! anything is sent. The memory backend applies the same rule (its
+//! [`MemoryBackend::get`] reads what was written).
+//!
+//! ```no_run
+//! use leader_runtime::{leader_only, Fenced};
+//!
+//! #[leader_only(group = "cleanup")]
+//! async fn purge_expired() -> leader_runtime::Result<()> {
+//!     let fence = leader_runtime::current_lease().unwrap().fence();
+//!     // … minutes of work; this process may be paused anywhere in here …
+//!     match fence.set(fence.key("last-purge"), "2024-05-01T00:00:00Z").await? {
+//!         Fenced::Applied(()) => {}
+//!         Fenced::Stale { .. } => { /* a newer leader exists: stop */ }
+//!     }
+//!     Ok(())
+//! }
+//! ```
+//!
+//! **SQL.** Keep a `fence bigint` column beside the data and make every write
+//! conditional on it (tokens never exceed `i64::MAX`):
+//!
+//! ```sql
+//! UPDATE jobs SET state = $2, fence = $3 WHERE name = $1 AND fence <= $3
+//! -- or, creating the row:
+//! INSERT INTO jobs (name, state, fence) VALUES ($1, $2, $3)
+//! ON CONFLICT (name) DO UPDATE SET state = excluded.state, fence = excluded.fence
+//!     WHERE jobs.fence <= excluded.fence
+//! ```
+//!
+//! One row affected: applied; none: a newer leader wrote — stop. For a
+//! transaction of several statements, first update one fence row of the
+//! group (`UPDATE fences SET token = $t WHERE name = $g AND token <= $t`),
+//! which holds that row's lock until commit, and roll back if it matched
+//! nothing. `examples/fenced_postgres.rs` runs this with sqlx
+//! (`cargo run --example fenced_postgres`).
+//!
+//! **Other stores.** Anything with a conditional write can be fenced the same
+//! way: keep the last token beside the data and write only if yours is not
+//! smaller. An HTTP API with ETags: read the resource, check its stored
+//! token, `PUT` it with `If-Match: <etag>` (a `412 Precondition Failed`
+//! means someone wrote in between: read again). An object store's
+//! conditional put (S3 `If-Match` / `If-None-Match`, GCS
+//! `ifGenerationMatch`) works alike, with the token in the object or its
+//! metadata. A store with no conditional write cannot be fenced; there, keep
+//! bodies short next to the ttl and stop on [`Lease::lost`].
+//!
+//! **What it costs.** One round trip per fenced write: the check and the
+//! write are one `EVALSHA`, about what a plain `SET` costs on the same
+//! connection (figures in BENCHMARKS.md, `cargo bench --bench fence`); in
+//! SQL, one more predicate on a row the write touches anyway.
 //!
 //! # The lease algorithm
 //!
@@ -463,6 +547,7 @@ mod election;
 mod env;
 mod error;
 mod events;
+pub mod fence;
 mod gate;
 mod gate_future;
 mod global;
@@ -488,6 +573,7 @@ pub use crate::config::{
 };
 pub use crate::error::{Error, Result};
 pub use crate::events::{Event, LostReason};
+pub use crate::fence::{Fence, Fenced};
 pub use crate::global::init;
 pub use crate::lease::Lease;
 pub use crate::runtime::Runtime;

@@ -223,7 +223,7 @@ fn protocol_err(group: &str, reply: &Value) -> Error {
 
 /// The Redis Cluster hash slot of `key`: CRC16 (XMODEM) of its hash tag (the
 /// part between the first `{` and the next `}`, when not empty), mod 16384.
-fn slot(key: &[u8]) -> u16 {
+pub(crate) fn slot(key: &[u8]) -> u16 {
     let tagged = key.iter().position(|&b| b == b'{').and_then(|open| {
         let rest = &key[open + 1..];
         let close = rest.iter().position(|&b| b == b'}')?;

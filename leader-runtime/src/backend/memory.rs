@@ -9,6 +9,7 @@ use tokio::sync::broadcast;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::fence::{Call, MemoryKeys as FencedKeys, Outcome};
 use super::{Acquire, NoticeSink, Op, Renew, SafeStart};
 use crate::names::GroupKeys;
 use crate::{Error, Result};
@@ -71,6 +72,8 @@ struct Data {
     /// Keys set with [`MemoryBackend::claim`] (`SET NX PX`), with their expiry.
     #[cfg(feature = "cron")]
     claims: HashMap<String, Instant>,
+    /// Keys written by fenced writes ([`crate::Fence`]).
+    fenced: FencedKeys,
 }
 
 /// A group's record, as `backend/record.lua` describes it.
@@ -274,6 +277,57 @@ impl MemoryBackend {
             .data
             .leases
             .insert(keys.lease, (holder.to_owned(), Instant::now() + ttl));
+    }
+
+    /// The string at `key`, as fenced writes ([`Fence`](crate::Fence)) left
+    /// it (`None`: absent, expired, or not a string), for tests of code that
+    /// writes through a fence.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use leader_runtime::{Config, Fenced, MemoryBackend, Runtime};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), leader_runtime::Error> {
+    /// let backend = MemoryBackend::new();
+    /// let runtime = Runtime::new(Config::builder().memory(backend.clone()).build()?)?;
+    /// let written = runtime
+    ///     .run_if_leader("jobs", || async {
+    ///         let fence = leader_runtime::current_lease().unwrap().fence();
+    ///         fence.set(fence.key("state"), "done").await
+    ///     })
+    ///     .await
+    ///     .unwrap()?;
+    /// assert!(matches!(written, Fenced::Applied(())));
+    /// assert_eq!(backend.get("leader:{jobs}:state").as_deref(), Some(&b"done"[..]));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn get(&self, key: &str) -> Option<Vec<u8>> {
+        self.state().data.fenced.get(key)
+    }
+
+    /// The field `field` of the hash at `key`, as fenced writes left it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use leader_runtime::MemoryBackend;
+    ///
+    /// assert_eq!(MemoryBackend::new().hget("leader:{jobs}:h", "f"), None);
+    /// ```
+    pub fn hget(&self, key: &str, field: impl AsRef<[u8]>) -> Option<Vec<u8>> {
+        self.state().data.fenced.hget(key, field.as_ref())
+    }
+
+    /// A fenced write, against the record's token (see `fence.lua`).
+    pub(super) fn fenced(&self, call: &Call<'_>) -> Result<Outcome> {
+        self.check_available(call.group)?;
+        let mut state = self.state();
+        let data = &mut state.data;
+        let mark = data.records.get_mut(call.record).map(|r| &mut r.token);
+        data.fenced.apply(mark, call)
     }
 
     fn state(&self) -> MutexGuard<'_, State> {

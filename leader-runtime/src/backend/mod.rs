@@ -6,6 +6,7 @@
 //! release notices.
 
 mod batch;
+pub(crate) mod fence;
 mod memory;
 mod redis;
 mod sentinel;
@@ -17,6 +18,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+pub(crate) use self::batch::slot;
 pub use self::memory::{MemoryBackend, MemorySnapshot};
 pub(crate) use self::redis::{RedisBackend, RedisConfig, RedisOptions};
 use crate::names::GroupKeys;
@@ -160,6 +162,15 @@ impl Backend {
         match self {
             Backend::Redis(b) => b.claim(group, key, value, ttl).await,
             Backend::Memory(b) => b.claim(group, key, value, ttl),
+        }
+    }
+
+    /// A fenced write: applied only if `call.token` is not below the group's
+    /// high-water mark (see `fence.lua`).
+    pub(crate) async fn fenced(&self, call: &fence::Call<'_>) -> Result<fence::Outcome> {
+        match self {
+            Backend::Redis(b) => fence::redis(b.conn(), call).await,
+            Backend::Memory(b) => b.fenced(call),
         }
     }
 

@@ -554,6 +554,11 @@ impl RedisBackend {
             }
         }
     }
+    /// The command connection (cheap to clone), for fenced writes.
+    pub(super) fn conn(&self) -> Conn {
+        self.conn.clone()
+    }
+
     pub(super) async fn renew(&self, op: &Op<'_>, ttl: Duration) -> Result<Renew> {
         self.renewals
             .renew(op.group, op.keys, op.id, millis(ttl))
