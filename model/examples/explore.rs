@@ -28,7 +28,8 @@ fn main() {
         match off.as_str() {
             "reclaim" => f.reclaim_waits_for_floor = false,
             "release" => f.release_keeps_floor = false,
-            _ => f.renew_needs_vouched_record = false,
+            "renew" => f.renew_needs_vouched_record = false,
+            _ => f.release_names_token = false,
         }
     }
     if let Ok(faults) = std::env::var("FAULTS") {
