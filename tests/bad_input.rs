@@ -108,7 +108,7 @@ async fn unreachable_redis_at_startup_then_it_appears() {
         format!("checks took {elapsed:?}"),
     );
 
-    fleet.redis.start_again().await.unwrap();
+    fleet.redis_mut().start_again().await.unwrap();
     let back = monotonic_now_ns();
     let (slot, line) = fleet
         .wait_elected_after(back, ttl * 5)
@@ -284,9 +284,18 @@ async fn unexpected_reply_types_to_renew_end_the_leadership() {
     let _serial = SERIAL.lock().await;
     let weird = unexpected();
     let n = weird.len() as u64;
-    // Acquire always wins (with a growing token), every renew is nonsense.
+    // Acquire always wins (with a growing token and no wait, in the reply
+    // of protocol v2: {1, token as a decimal string, wait, why}), every
+    // renew is nonsense.
     let fake = FakeRedis::start(Arc::new(move |op: Op, i: u64| match op {
-        Op::Acquire => format!("*3\r\n:1\r\n:{}\r\n:0\r\n", 1000 + i).into_bytes(),
+        Op::Acquire => {
+            let token = (1000 + i).to_string();
+            format!(
+                "*4\r\n:1\r\n${}\r\n{token}\r\n:0\r\n$0\r\n\r\n",
+                token.len()
+            )
+            .into_bytes()
+        }
         Op::Renew => weird[(i % n) as usize].to_vec(),
         Op::Release => b":1\r\n".to_vec(),
     }))

@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use leader_testkit::{monotonic_now_ns, XorShift};
-use support::chaos::{check_fencing, inject, percentile, Fault};
+use support::chaos::{check_fencing, heal_memory, inject, percentile, Fault};
 use support::fleet::{Fleet, FleetConfig};
 use support::{ms, SERIAL};
 
@@ -31,9 +31,10 @@ async fn scenario(fault: Fault) {
     let outcome = inject(&mut fleet, fault, leader, 0).await;
     let outcome = outcome.unwrap_or_else(|e| fleet.fail(format!("{fault}: {e}")));
     eprintln!(
-        "{fault}: recovery {:?} (bound {:?})",
+        "{fault}: recovery {:?} (bound {:?}) {}",
         outcome.recovery,
-        fault.bound(&fleet)
+        fault.bound(&fleet),
+        outcome.detail
     );
     fleet
         .settle(ms(10_000))
@@ -112,6 +113,56 @@ async fn lease_key_set_to_a_wrong_type() {
     scenario(Fault::WrongType).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lease_key_deleted() {
+    scenario(Fault::DelLease).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lease_key_deleted_then_an_instance_joins() {
+    scenario(Fault::DelLeaseJoin).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lease_key_evicted_under_volatile_ttl() {
+    scenario(Fault::EvictVolatileTtl).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lease_key_evicted_under_volatile_ttl_then_an_instance_joins() {
+    scenario(Fault::EvictVolatileTtlJoin).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lease_key_evicted_under_volatile_lru() {
+    scenario(Fault::EvictVolatileLru).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lease_key_evicted_under_volatile_lru_then_an_instance_joins() {
+    scenario(Fault::EvictVolatileLruJoin).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_restart_from_an_older_rdb_snapshot() {
+    scenario(Fault::RdbRestore).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_restart_from_an_older_rdb_snapshot_then_an_instance_joins() {
+    scenario(Fault::RdbRestoreJoin).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_restart_from_an_aof_that_lost_its_tail() {
+    scenario(Fault::AofRestore).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_restart_from_an_aof_that_lost_its_tail_then_an_instance_joins() {
+    scenario(Fault::AofRestoreJoin).await;
+}
+
 /// Deletes the lease key if a fault left a hash or the foreign value in it.
 const CLEAN_KEY: &str = "local t = redis.call('TYPE', KEYS[1]).ok \
     if t ~= 'string' and t ~= 'none' then return redis.call('DEL', KEYS[1]) end \
@@ -149,6 +200,8 @@ async fn random_mix() {
     let mut slowest: Vec<(Duration, Fault, String)> = Vec::new();
     let mut counts: BTreeMap<Fault, usize> = BTreeMap::new();
     let mut failures = Vec::new();
+    // When each fault was injected, to tell which one an overlap followed.
+    let mut injected: Vec<(u64, Fault)> = Vec::new();
     for n in 0..faults {
         let leader = match fleet.settle(ttl * 10).await {
             Ok(slot) => slot,
@@ -159,6 +212,7 @@ async fn random_mix() {
         };
         let fault = kinds[(rng.next_u64() % kinds.len() as u64) as usize];
         *counts.entry(fault).or_default() += 1;
+        injected.push((monotonic_now_ns(), fault));
         match inject(&mut fleet, fault, leader, rng.next_u64()).await {
             Ok(outcome) => {
                 if let Some(r) = outcome.recovery {
@@ -183,13 +237,15 @@ async fn random_mix() {
                         fleet.spawn(slot);
                     }
                 }
-                if fleet.redis.pid().is_none() {
-                    let _ = fleet.redis.start_again().await;
+                if fleet.redis().pid().is_none() {
+                    let _ = fleet.redis_mut().start_again().await;
                 }
+                // Lift a memory limit an eviction fault left, with its filler.
+                let _ = heal_memory(&fleet).await;
                 // Remove what a key fault left (never an instance's lease:
                 // deleting that would let a second instance lead).
                 let _ = fleet
-                    .redis
+                    .redis()
                     .cmd(&["EVAL", CLEAN_KEY, "1", fleet.lease_key()])
                     .await;
             }
@@ -215,6 +271,16 @@ async fn random_mix() {
         .iter()
         .filter(|v| matches!(v, support::checker::Violation::Overlap { .. }))
         .count();
+    // Each overlap, by the last fault injected before the second
+    // leadership began.
+    let mut overlaps_by_fault: BTreeMap<Fault, Vec<u64>> = BTreeMap::new();
+    for v in &violations {
+        if let support::checker::Violation::Overlap { second, by_ns, .. } = v {
+            if let Some((_, fault)) = injected.iter().rev().find(|(t, _)| *t <= second.start) {
+                overlaps_by_fault.entry(*fault).or_default().push(*by_ns);
+            }
+        }
+    }
     // The closest any leadership came to the previous one.
     let mut closest: Option<(u64, String)> = None;
     let mut furthest: Option<&support::checker::Window> = None;
@@ -277,6 +343,17 @@ async fn random_mix() {
                 .unwrap_or_else(|| "keeps".into()),
             format!("{:?}", r.last().copied().unwrap_or_default()),
             percentile(&r, 99.0)
+        );
+    }
+    for (fault, by) in &overlaps_by_fault {
+        let ms: Vec<String> = by
+            .iter()
+            .map(|b| format!("{:.1}", *b as f64 / 1e6))
+            .collect();
+        eprintln!(
+            "  overlaps after {fault}: {} ({} ms)",
+            by.len(),
+            ms.join(", ")
         );
     }
     for (slack, fault, detail) in &slowest {

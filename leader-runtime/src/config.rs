@@ -267,7 +267,8 @@ impl fmt::Debug for Config {
 }
 
 /// Builder of [`Config`]; every setter is optional except the backend
-/// ([`redis_url`](Self::redis_url) or [`memory`](Self::memory)).
+/// ([`redis_url`](Self::redis_url), [`redis_cluster_urls`](Self::redis_cluster_urls),
+/// [`redis_sentinel`](Self::redis_sentinel) or [`memory`](Self::memory)).
 #[derive(Default)]
 #[must_use]
 ///
@@ -371,6 +372,90 @@ impl ConfigBuilder {
     {
         let urls = urls.into_iter().map(Into::into).collect();
         self.backend = Some(BackendConfig::Redis(RedisConfig::cluster(urls)));
+        self
+    }
+
+    /// Keep leases in the Redis master that Sentinel names `master_name`,
+    /// found through these sentinels (`redis://host:26379` each, or
+    /// `rediss://…` for TLS, which then applies to the master connection
+    /// too; all with the same scheme, user, password and database).
+    ///
+    /// - **Credentials.** A user and password in the sentinel URLs
+    ///   authenticate with the *sentinels* (`requirepass` / ACL users of the
+    ///   sentinels). The master's own credentials are set with
+    ///   [`sentinel_master_auth`](Self::sentinel_master_auth). A database in
+    ///   the URLs (`redis://s1:26379/2`) selects the master's database.
+    /// - **TLS.** [`tls_ca_certs`](Self::tls_ca_certs) and
+    ///   [`tls_client_cert`](Self::tls_client_cert) apply to the sentinels
+    ///   and the master alike.
+    /// - **Failover.** The master is looked up (`SENTINEL MASTERS`, then
+    ///   `ROLE` on the named node) when the first call needs it, and again
+    ///   after any call on it failed, timed out, or was answered `READONLY`
+    ///   (the node was demoted): a lease operation never counts as done on a
+    ///   node that is not the master then. Sentinel itself disconnects every
+    ///   client of a node it demotes. The release-notice subscription also
+    ///   follows the master (it asks the sentinels every time it connects).
+    /// - **What failover cannot give.** Replication is asynchronous: a
+    ///   promoted replica may lack the latest lease writes. See
+    ///   [`min_replicas`](Self::min_replicas) and the crate docs on partial
+    ///   data loss.
+    ///
+    /// An ACL user on the master needs the rules listed at
+    /// [`redis_url`](Self::redis_url) plus `+role` (the client checks that
+    /// the node it was sent to is the master); a sentinel ACL user needs
+    /// `+sentinel|masters +role`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use leader_runtime::Config;
+    ///
+    /// let config = Config::builder()
+    ///     .redis_sentinel(
+    ///         "mymaster",
+    ///         ["redis://10.0.0.1:26379", "redis://10.0.0.2:26379", "redis://10.0.0.3:26379"],
+    ///     )
+    ///     .sentinel_master_auth("leader-app", "s3cret")
+    ///     .build()?;
+    /// assert!(!format!("{config:?}").contains("s3cret"));
+    /// # Ok::<(), leader_runtime::Error>(())
+    /// ```
+    pub fn redis_sentinel<I, S>(mut self, master_name: impl Into<String>, sentinel_urls: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let urls = sentinel_urls.into_iter().map(Into::into).collect();
+        self.backend = Some(BackendConfig::Redis(RedisConfig::sentinel(
+            master_name.into(),
+            urls,
+        )));
+        self
+    }
+
+    /// The credentials of the master that [`redis_sentinel`](Self::redis_sentinel)
+    /// finds: `AUTH username password` (Redis 6 ACL), or `AUTH password`
+    /// when `username` is empty (`requirepass`). Only for Sentinel; with
+    /// [`redis_url`](Self::redis_url) the credentials go in the URL.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use leader_runtime::Config;
+    ///
+    /// // The master has `requirepass s3cret`; the sentinels need no password.
+    /// let config = Config::builder()
+    ///     .redis_sentinel("mymaster", ["redis://sentinel-0:26379", "redis://sentinel-1:26379"])
+    ///     .sentinel_master_auth("", "s3cret")
+    ///     .build()?;
+    /// # Ok::<(), leader_runtime::Error>(())
+    /// ```
+    pub fn sentinel_master_auth(
+        mut self,
+        username: impl Into<String>,
+        password: impl Into<String>,
+    ) -> Self {
+        self.redis.master_auth = Some((username.into(), password.into()));
         self
     }
 
@@ -695,8 +780,9 @@ impl ConfigBuilder {
     ///
     /// [`Error::Config`] naming the field and the rule when: no backend is
     /// set; a Redis URL does not parse, uses `rediss://` without the `tls`
-    /// feature, or (in a cluster) differs from the others in scheme or
-    /// credentials; TLS certificates are set but do not parse, or the URLs
+    /// feature, or (in a cluster, or among sentinels) differs from the others
+    /// in scheme or credentials; the Sentinel master name is empty or has
+    /// spaces; `sentinel_master_auth` is set without `redis_sentinel`; TLS certificates are set but do not parse, or the URLs
     /// are not `rediss://`; Redis-only options are set on the memory
     /// backend; a duration is zero;
     /// `renew_interval >= ttl`; `renew_interval + call_timeout` does not fit
@@ -819,27 +905,7 @@ fn default_instance_id() -> String {
     )
 }
 
-/// The URL with any password (and token-like user info) replaced by `***`.
-pub(crate) fn redact_url(url: &str) -> String {
-    let Some(scheme_end) = url.find("://") else {
-        return "<unparseable url>".to_owned();
-    };
-    let rest = &url[scheme_end + 3..];
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    match rest[..authority_end].rfind('@') {
-        Some(at) => {
-            let userinfo = &rest[..at];
-            let user = userinfo.split(':').next().unwrap_or("");
-            let shown = if userinfo.contains(':') {
-                format!("{user}:***")
-            } else {
-                "***".to_owned()
-            };
-            format!("{}{}{}", &url[..scheme_end + 3], shown, &rest[at..])
-        }
-        None => url.to_owned(),
-    }
-}
+pub(crate) use crate::redact::redact_url;
 
 #[cfg(test)]
 mod tests {

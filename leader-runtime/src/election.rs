@@ -256,12 +256,12 @@ impl Election {
             tokio::select! {
                 biased;
                 _ = self.ctx.stop.cancelled() => {
-                    let _ = self.hand_over(tenure, valid_until, LostReason::Shutdown).await;
+                    let _ = self.hand_over(won.token, tenure, valid_until, LostReason::Shutdown).await;
                     return Flow::Stop;
                 }
                 cmd = self.commands.recv() => match cmd {
                     Command::StepDown(reply) => {
-                        let result = self.hand_over(tenure, valid_until, LostReason::SteppedDown).await;
+                        let result = self.hand_over(won.token, tenure, valid_until, LostReason::SteppedDown).await;
                         self.cooldown_until = Some(Instant::now() + ttl);
                         // A wake-up stored while we led (a reconnect notice
                         // not yet taken) must not cut the cooldown short.
@@ -272,12 +272,12 @@ impl Election {
                     Command::SetEligible(true, reply) => { let _ = reply.send(Ok(())); }
                     Command::SetEligible(false, reply) => {
                         // Out of the race: hand over like a step-down, then sit out.
-                        let result = self.hand_over(tenure, valid_until, LostReason::SteppedDown).await;
+                        let result = self.hand_over(won.token, tenure, valid_until, LostReason::SteppedDown).await;
                         let _ = reply.send(result);
                         return Flow::Campaign;
                     }
                     Command::Forget(reply) => {
-                        let result = self.hand_over(tenure, valid_until, LostReason::SteppedDown).await;
+                        let result = self.hand_over(won.token, tenure, valid_until, LostReason::SteppedDown).await;
                         let _ = reply.send(result);
                         return Flow::Stop;
                     }
@@ -330,6 +330,14 @@ impl Election {
                 }
                 Ok(Renew::Gone) => {
                     self.end(tenure, LostReason::Expired, "lease is gone from the server");
+                    return Flow::Campaign;
+                }
+                Ok(Renew::Unvouched) => {
+                    self.end(
+                        tenure,
+                        LostReason::Expired,
+                        "the lease record was written by another Redis process (a restart from disk, a failover or a restore); acquiring again with a safe start",
+                    );
                     return Flow::Campaign;
                 }
                 Ok(Renew::Other) => {
@@ -417,15 +425,17 @@ impl Election {
     /// be the largest state of every election task (~800 bytes per group).
     fn hand_over(
         &mut self,
+        token: u64,
         tenure: Option<Arc<Tenure>>,
         valid_until: Instant,
         reason: LostReason,
     ) -> Pin<Box<impl Future<Output = Result<()>> + '_>> {
-        Box::pin(self.drain_and_release(tenure, valid_until, reason))
+        Box::pin(self.drain_and_release(token, tenure, valid_until, reason))
     }
 
     async fn drain_and_release(
         &mut self,
+        token: u64,
         tenure: Option<Arc<Tenure>>,
         valid_until: Instant,
         reason: LostReason,
@@ -439,7 +449,7 @@ impl Election {
                 self.ctx.config.call_timeout,
                 self.ctx
                     .backend
-                    .release(&self.op(), &self.ctx.release_channel),
+                    .release(&self.op(), &self.ctx.release_channel, token),
             )
             .await;
         match result {

@@ -33,7 +33,9 @@ pub enum Error {
     /// A [`Config`](crate::Config) field broke a rule; `field` names the builder method.
     #[error("invalid config: `{field}` {rule}")]
     Config {
-        /// The builder method whose value is wrong, e.g. `"renew_interval"`.
+        /// The builder method whose value is wrong, e.g. `"renew_interval"`
+        /// (or the environment variable, e.g. `"LEADER_REDIS_SENTINEL_URLS"`,
+        /// for a configuration read from the environment).
         field: &'static str,
         /// The rule it broke, in words.
         rule: String,
@@ -50,10 +52,13 @@ pub enum Error {
     #[error("the global leader runtime is already initialised")]
     AlreadyInitialized,
     /// The global runtime was used before [`init`](crate::init) and no
-    /// `LEADER_REDIS_URL` / `REDIS_URL` is set.
+    /// Redis deployment is described in the environment (`LEADER_REDIS_URL`,
+    /// `LEADER_REDIS_CLUSTER_URLS`, `LEADER_REDIS_SENTINEL_MASTER` +
+    /// `LEADER_REDIS_SENTINEL_URLS`, or `REDIS_URL`).
     #[error(
         "the global leader runtime is not configured: call leader_runtime::init(..) \
-         or set LEADER_REDIS_URL (or REDIS_URL)"
+         or set LEADER_REDIS_URL (or LEADER_REDIS_CLUSTER_URLS, or LEADER_REDIS_SENTINEL_MASTER \
+         and LEADER_REDIS_SENTINEL_URLS, or REDIS_URL)"
     )]
     NotConfigured,
     /// A runtime was built outside a tokio runtime.
@@ -69,6 +74,19 @@ pub enum Error {
         group: String,
         /// How long we waited.
         after: Duration,
+    },
+    /// A fenced write named a key outside its group's hash slot (refused
+    /// before anything was sent); name keys with
+    /// [`Fence::key`](crate::Fence::key).
+    #[error(
+        "fenced write for group `{group}`: key {key:?} is not in the group's hash slot \
+         (name it with Fence::key, e.g. \"<prefix>:{{{group}}}:<name>\")"
+    )]
+    KeySlot {
+        /// The group of the lease.
+        group: String,
+        /// The rejected key.
+        key: String,
     },
     /// The backend (Redis) failed the call.
     #[error("backend error for group `{group}`: {message}")]

@@ -44,7 +44,11 @@ static REPORTED_UNCONFIGURED: AtomicBool = AtomicBool::new(false);
 /// # Errors
 ///
 /// [`Error::AlreadyInitialized`] when called twice (or after the runtime
-/// initialised itself from `LEADER_REDIS_URL` / `REDIS_URL`);
+/// initialised itself from the environment: `LEADER_REDIS_URL`,
+/// `LEADER_REDIS_CLUSTER_URLS`, `LEADER_REDIS_SENTINEL_MASTER` with
+/// `LEADER_REDIS_SENTINEL_URLS` (and optionally
+/// `LEADER_REDIS_SENTINEL_MASTER_USER` / `LEADER_REDIS_SENTINEL_MASTER_PASSWORD`),
+/// or `REDIS_URL`; see the [crate docs](crate));
 /// [`Error::NoTokioRuntime`] outside tokio; [`Error::Config`].
 pub fn init(config: Config) -> Result<()> {
     let _lock = AUTO_INIT.lock().unwrap_or_else(PoisonError::into_inner);
@@ -90,10 +94,7 @@ fn global_from_env() -> Option<&'static Runtime> {
 }
 
 fn from_env() -> Result<Runtime> {
-    let url = std::env::var("LEADER_REDIS_URL")
-        .or_else(|_| std::env::var("REDIS_URL"))
-        .map_err(|_| Error::NotConfigured)?;
-    Runtime::new(Config::builder().redis_url(url).build()?)
+    Runtime::new(crate::env::builder()?.build()?)
 }
 
 // Defined here rather than in `runtime.rs`: the task-local is this module's.

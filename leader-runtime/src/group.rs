@@ -5,7 +5,7 @@ use std::collections::VecDeque;
 use std::sync::atomic::{
     AtomicBool, AtomicU64, AtomicUsize, Ordering::Acquire, Ordering::Relaxed, Ordering::SeqCst,
 };
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::Duration;
 
 use arc_swap::ArcSwapOption;
@@ -13,6 +13,7 @@ use tokio::sync::{oneshot, Notify, SetOnce};
 use tokio::time::Instant;
 
 use crate::clock;
+use crate::fence;
 use crate::lease::{Lease, Tenure};
 use crate::stats::Counters;
 use crate::status::{GroupStatus, Observed};
@@ -47,6 +48,8 @@ pub(crate) struct Group {
     pub(crate) counters: Counters,
     /// What the status page shows.
     pub(crate) observed: Observed,
+    /// Where the fenced writes of this group's leaderships go.
+    pub(crate) fence: OnceLock<Arc<fence::Target>>,
 }
 
 /// The local view of the current leadership: the gate's atomics, and the
@@ -121,6 +124,7 @@ impl Group {
             },
             counters: Counters::default(),
             observed: Observed::new(),
+            fence: OnceLock::new(),
         }
     }
 
@@ -154,6 +158,9 @@ impl Group {
 
     /// Start a leadership: publish the view and admit gated runs.
     pub(crate) fn begin(&self, tenure: Arc<Tenure>) {
+        if let Some(target) = self.fence.get() {
+            let _ = tenure.fence.set(target.clone());
+        }
         let view = &self.view;
         let until = view.ns(tenure.valid_until());
         let mut retired = view.retired();

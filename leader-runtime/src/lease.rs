@@ -1,11 +1,13 @@
 //! A leadership tenure as seen by the code that runs under it.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+
+use crate::fence::{self, Fence};
 
 /// One leadership of one group on this instance: its fencing token and how
 /// long the local view stays valid. Cheap to clone.
@@ -39,6 +41,8 @@ pub(crate) struct Tenure {
     /// End of the local view, in nanoseconds since `base`.
     valid_until_ns: AtomicU64,
     ended: CancellationToken,
+    /// Where fenced writes of this leadership go (set when it begins).
+    pub(crate) fence: OnceLock<Arc<fence::Target>>,
 }
 
 impl Tenure {
@@ -49,6 +53,7 @@ impl Tenure {
             base,
             valid_until_ns: AtomicU64::new(nanos_since(base, valid_until)),
             ended: CancellationToken::new(),
+            fence: OnceLock::new(),
         }
     }
 
@@ -188,6 +193,29 @@ impl Lease {
     /// ```
     pub fn is_valid(&self) -> bool {
         self.tenure.is_valid_now()
+    }
+
+    /// Writes to Redis (over the runtime's own connection) that apply only
+    /// while no newer leader of this group exists: see [`Fence`] and the
+    /// crate docs' [Fencing](crate#fencing) section.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use leader_runtime::Fenced;
+    ///
+    /// #[leader_runtime::leader_only(group = "cleanup")]
+    /// async fn cleanup() -> leader_runtime::Result<()> {
+    ///     let fence = leader_runtime::current_lease().unwrap().fence();
+    ///     match fence.set(fence.key("state"), "v").await? {
+    ///         Fenced::Applied(()) => {}
+    ///         Fenced::Stale { .. } => { /* a newer leader exists: stop */ }
+    ///     }
+    ///     Ok(())
+    /// }
+    /// ```
+    pub fn fence(&self) -> Fence {
+        Fence::new(self.clone())
     }
 
     /// Completes when this leadership ends: lost, stepped down, shut down, or

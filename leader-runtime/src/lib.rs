@@ -32,9 +32,11 @@
 //! - [Quick start](#quick-start)
 //! - [The attribute](#the-attribute)
 //! - [Failure semantics](#failure-semantics)
+//! - [Fencing](#fencing)
 //! - [The lease algorithm](#the-lease-algorithm)
 //! - [The cron recipe](#the-cron-recipe)
 //! - [Operating it: health, draining, metrics](#operating-it-health-draining-metrics)
+//! - [Redis Sentinel](#redis-sentinel)
 //! - [Testing your own code on the in-memory backend](#testing-your-own-code-on-the-in-memory-backend)
 //! - [Feature flags](#feature-flags)
 //!
@@ -102,9 +104,21 @@
 //! }
 //! ```
 //!
-//! Without [`init`], the first use configures the global runtime from
-//! `LEADER_REDIS_URL` (then `REDIS_URL`); with neither set it *fails
-//! closed*: gated bodies do not run, and one error says how to configure it.
+//! Without [`init`], the first use configures the global runtime from the
+//! environment; with nothing set it *fails closed*: gated bodies do not
+//! run, and one error says how to configure it. Set one deployment (two is
+//! an error; an empty variable counts as unset):
+//!
+//! | variable | describes |
+//! | --- | --- |
+//! | `LEADER_REDIS_URL` | one server: `redis://[user:password@]host:port[/db]`, `rediss://…` |
+//! | `LEADER_REDIS_CLUSTER_URLS` | Redis Cluster: seed node URLs, comma-separated |
+//! | `LEADER_REDIS_SENTINEL_MASTER` and `LEADER_REDIS_SENTINEL_URLS` | Sentinel: the master's name, and the sentinels' URLs, comma-separated (their credentials are the sentinels') |
+//! | `LEADER_REDIS_SENTINEL_MASTER_USER`, `LEADER_REDIS_SENTINEL_MASTER_PASSWORD` | Sentinel, optional: the master's ACL user and password (the password alone for `requirepass`) |
+//! | `REDIS_URL` | one server, read only when no `LEADER_REDIS_*` deployment is set |
+//!
+//! Everything else keeps its default. Commas inside a password must be
+//! percent-encoded (`%2C`), as must `@`, `/`, `?` and `#`.
 //!
 //! The same surface exists as functions — [`is_leader`], [`leader_id`],
 //! [`run_if_leader`], [`step_down`], [`current_lease`], [`stats`],
@@ -180,7 +194,7 @@
 //! | Redis lost its data (restart without persistence, failover to an empty replica, `FLUSHALL`) | **safe start**: the group's record is gone too, and the next leader's view turns true only after one `ttl`, so no leader from before the loss can still believe it leads. A brand-new Redis looks the same, so the very first election of a group waits one `ttl` |
 //! | Redis lost the lease key alone (eviction under a `volatile-*` policy, a manual `DEL`) | the record still says until when the last holder may lead: a new leader takes the lease but its view begins only then — never while the old one's can still be running. The old leader's next renew finds the key gone and its view ends ([`LostReason::Expired`]) |
 //! | Redis restarted from an RDB or AOF file, restored from a backup, or a replica promoted (Sentinel, a managed failover) | the records were written by another server process (its `run_id`), which may have seen renewals after the file was written or the replica fell behind: the next leader of each group waits one full `ttl` (safe start) |
-//! | a body still runs when the view ends | the case fencing tokens are for: [`current_lease`]`()`'s [`Lease::token`] is strictly greater than every earlier token of the group, also across Redis restarts. Or stop the body: `cancel_on_loss`, or `select!` on [`Lease::lost`] |
+//! | a body still runs when the view ends | the case fencing tokens are for: [`current_lease`]`()`'s [`Lease::token`] is strictly greater than every earlier token of the group, also across Redis restarts; write through [`Lease::fence`] (Redis) or a conditional write ([Fencing](#fencing)). Or stop the body: `cancel_on_loss`, or `select!` on [`Lease::lost`] |
 //! | the global runtime is not configured | gated bodies do not run (fail closed) and one error is logged |
 //!
 //! What is *not* guaranteed:
@@ -207,6 +221,89 @@
 //!   `min-replicas-to-write` on the server (and [`ConfigBuilder::min_replicas`])
 //!   bound that window; the fencing token still orders the two. See
 //!   DEPLOYING.md.
+//!
+//! # Fencing
+//!
+//! **When the local view is enough.** A gated body runs only while this
+//! instance's view says it leads, and the view ends before the lease can
+//! expire on the server. For work whose effects are harmless twice, or short
+//! next to the ttl (a body that finishes well within `valid_until`), or that
+//! stops on [`Lease::lost`] / `cancel_on_loss` before each side effect, that
+//! is enough.
+//!
+//! **When fencing is needed.** The view is checked when a body is admitted,
+//! not at each write. A leader paused after admission (a long GC-like stall,
+//! `SIGSTOP`, a suspended VM, swapping) or cut off from Redis while its body
+//! keeps running can write *after* another instance was elected — the
+//! stale write lands on top of the new leader's. Only the store can refuse
+//! it: every leadership carries a fencing token ([`Lease::token`]), strictly
+//! greater than every earlier token of its group, and a fenced store accepts
+//! a write only if no larger token wrote before. Fence every write whose
+//! loss or reordering would be wrong: counters, state machines, "last
+//! processed id", money.
+//!
+//! **Redis, built in.** [`Lease::fence`] gives a [`Fence`]: `set`,
+//! `delete`, `hset`, `incr`, `expire` and your own Lua body
+//! ([`fence::FencedScript`]), each one script call that compares the token
+//! with the group's *high-water mark* — the last token issued, which every
+//! election raises in the group's record (`{prefix}:{group}:token`) — and
+//! writes only if the token is not below it. So a deposed leader is locked
+//! out from the moment its successor is *elected*, before the successor
+//! writes anything. Otherwise the call returns [`Fenced::Stale`] with the
+//! mark (not an error). No record (the server lost its data) refuses every
+//! write until the next election (fail closed). Keys must be in the group's
+//! hash slot — name them with [`Fence::key`] — so the same code runs on
+//! Redis Cluster; other keys are refused with [`Error::KeySlot`] before
+//! anything is sent. The memory backend applies the same rule (its
+//! [`MemoryBackend::get`] reads what was written).
+//!
+//! ```no_run
+//! use leader_runtime::{leader_only, Fenced};
+//!
+//! #[leader_only(group = "cleanup")]
+//! async fn purge_expired() -> leader_runtime::Result<()> {
+//!     let fence = leader_runtime::current_lease().unwrap().fence();
+//!     // … minutes of work; this process may be paused anywhere in here …
+//!     match fence.set(fence.key("last-purge"), "2024-05-01T00:00:00Z").await? {
+//!         Fenced::Applied(()) => {}
+//!         Fenced::Stale { .. } => { /* a newer leader exists: stop */ }
+//!     }
+//!     Ok(())
+//! }
+//! ```
+//!
+//! **SQL.** Keep a `fence bigint` column beside the data and make every write
+//! conditional on it (tokens never exceed `i64::MAX`):
+//!
+//! ```sql
+//! UPDATE jobs SET state = $2, fence = $3 WHERE name = $1 AND fence <= $3
+//! -- or, creating the row:
+//! INSERT INTO jobs (name, state, fence) VALUES ($1, $2, $3)
+//! ON CONFLICT (name) DO UPDATE SET state = excluded.state, fence = excluded.fence
+//!     WHERE jobs.fence <= excluded.fence
+//! ```
+//!
+//! One row affected: applied; none: a newer leader wrote — stop. For a
+//! transaction of several statements, first update one fence row of the
+//! group (`UPDATE fences SET token = $t WHERE name = $g AND token <= $t`),
+//! which holds that row's lock until commit, and roll back if it matched
+//! nothing. `examples/fenced_postgres.rs` runs this with sqlx
+//! (`cargo run --example fenced_postgres`).
+//!
+//! **Other stores.** Anything with a conditional write can be fenced the same
+//! way: keep the last token beside the data and write only if yours is not
+//! smaller. An HTTP API with ETags: read the resource, check its stored
+//! token, `PUT` it with `If-Match: <etag>` (a `412 Precondition Failed`
+//! means someone wrote in between: read again). An object store's
+//! conditional put (S3 `If-Match` / `If-None-Match`, GCS
+//! `ifGenerationMatch`) works alike, with the token in the object or its
+//! metadata. A store with no conditional write cannot be fenced; there, keep
+//! bodies short next to the ttl and stop on [`Lease::lost`].
+//!
+//! **What it costs.** One round trip per fenced write: the check and the
+//! write are one `EVALSHA`, about what a plain `SET` costs on the same
+//! connection (figures in BENCHMARKS.md, `cargo bench --bench fence`); in
+//! SQL, one more predicate on a row the write touches anyway.
 //!
 //! # The lease algorithm
 //!
@@ -322,6 +419,13 @@
 //!   `on_elected` / `on_lost` callbacks of [`ConfigBuilder`] run on a thread
 //!   of their own; [`stats`] keeps counters per group. Every transition is
 //!   also a `tracing` event with group, instance id and token.
+//! - **Release notices.** The pub/sub connection that carries them is
+//!   checked with a `PING` every `retry_interval`, which must be answered
+//!   within the call timeout. A connection that fails it (half-open: the
+//!   peer or the path went silent without a reset) counts as down at once —
+//!   followers then pace themselves by `retry_interval` instead of waiting
+//!   for the lease's expiry — and is replaced. A follower already waiting for
+//!   an expiry keeps that one wait.
 //! - **Metrics** (feature `metrics`), through the
 //!   [`metrics`](https://docs.rs/metrics) facade — the library never
 //!   installs a recorder:
@@ -333,6 +437,40 @@
 //! | `leader_is_leader` | gauge | `group` | 1 while leading, 0 after a loss |
 //! | `leader_renew_seconds` | histogram | `group` | round trip of every renew call, whatever its outcome |
 //! | `leader_acquire_attempts_total` | counter | `group` | an acquire call was sent |
+//!
+//! # Redis Sentinel
+//!
+//! [`ConfigBuilder::redis_sentinel`] takes the master's name and the
+//! sentinels' URLs (their credentials are the sentinels'; the master's go in
+//! [`ConfigBuilder::sentinel_master_auth`]; `rediss://` means TLS to both).
+//! The command connection asks the sentinels for the master when it first
+//! needs it and again after any call failed, timed out, or was answered
+//! `READONLY` or `NOREPLICAS`; Sentinel disconnects the clients of a node it
+//! demotes, and the release-notice subscription resolves the master each
+//! time it connects. So the leases follow the master, and a renewal never
+//! counts on a node that is a replica by then.
+//!
+//! What Sentinel itself allows, and what to set on the Redis nodes:
+//!
+//! - **The old master keeps taking writes until Sentinel demotes it.** After
+//!   a failover whose old master stayed up (`SENTINEL FAILOVER`, or a
+//!   partition that heals), Sentinel reconfigures the old master only
+//!   several seconds later. Until then the old leader renews there, while an
+//!   instance that asks the sentinels (a new one, or one whose connection
+//!   broke) finds the promoted node, where the lease expired: two leaders.
+//!   Measured with a forced failover and an instance joining right after it:
+//!   9.2 s of two leaders (`tests/redis_sentinel.rs`,
+//!   `joiner_after_forced_failover_plain`; the promoted node vouches for no
+//!   record, so the joiner waited one `ttl`, but the old leader renewed on
+//!   the old master for another 9 s). With `min-replicas-to-write 1`
+//!   and `min-replicas-max-lag 1` on the nodes, a master cut off from its
+//!   replica refuses writes (`NOREPLICAS`), the leader's view runs out, and
+//!   the same run shows no overlap — at the price that nothing can be
+//!   written, so nobody leads, while no replica is in sync (10 s in that
+//!   run, with one replica: have at least two).
+//! - **A promoted replica may lack the latest lease writes** (replication is
+//!   asynchronous); see the failure semantics above and
+//!   [`ConfigBuilder::min_replicas`].
 //!
 //! # Testing your own code on the in-memory backend
 //!
@@ -407,8 +545,10 @@ mod config;
 pub mod cron;
 mod ctx;
 mod election;
+mod env;
 mod error;
 mod events;
+pub mod fence;
 mod gate;
 mod gate_future;
 mod global;
@@ -417,6 +557,7 @@ mod jitter;
 mod lease;
 mod metrics;
 mod names;
+mod redact;
 mod runtime;
 mod stats;
 mod status;
@@ -435,6 +576,7 @@ pub use crate::config::{
 };
 pub use crate::error::{Error, Result};
 pub use crate::events::{Event, LostReason};
+pub use crate::fence::{Fence, Fenced};
 pub use crate::global::init;
 pub use crate::lease::Lease;
 pub use crate::runtime::Runtime;

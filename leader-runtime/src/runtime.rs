@@ -690,6 +690,9 @@ impl Runtime {
         let (commands, command_rx) = group::mailbox();
         let group = Arc::new(Group::new(name.clone(), commands));
         group.control.set_eligible(eligible);
+        let _ = group
+            .fence
+            .set(crate::fence::Target::new(&shared.ctx, &name));
         groups.insert(name, group.clone());
         shared.tasks.spawn_on(
             election::run(group.clone(), shared.ctx.clone(), command_rx),

@@ -43,15 +43,25 @@ async fn transition(rx: &mut broadcast::Receiver<Event>, limit: Duration) -> Eve
     .expect("no transition in time")
 }
 
-/// The server process's `run_id`, which vouches for the records it wrote.
+/// The server's identity as the scripts name it (`run_id/master_replid`),
+/// which vouches for the records it wrote.
 async fn run_id(server: &RedisServer) -> String {
-    let info = server.cmd(&["INFO", "server"]).await.unwrap();
-    let info = info.as_str().unwrap().to_owned();
-    info.lines()
-        .find_map(|l| l.strip_prefix("run_id:"))
-        .unwrap()
-        .trim()
-        .to_owned()
+    let field = |section: &'static str, name: &'static str| async move {
+        let info = server.cmd(&["INFO", section]).await.unwrap();
+        let prefix = format!("{name}:");
+        info.as_str()
+            .unwrap()
+            .lines()
+            .find_map(|l| l.strip_prefix(prefix.as_str()).map(str::to_owned))
+            .unwrap()
+            .trim()
+            .to_owned()
+    };
+    format!(
+        "{}/{}",
+        field("server", "run_id").await,
+        field("replication", "master_replid").await
+    )
 }
 
 fn elected_token(e: Event) -> u64 {

@@ -40,15 +40,23 @@ fn token_key(group: &str) -> String {
 /// written it: last token `token`, nobody else may still lead (so the next
 /// election skips the one-ttl safe start).
 async fn seed_record(node: &leader_testkit::RedisServer, group: &str, token: &str) {
-    let info = node.cmd(&["INFO", "server"]).await.unwrap();
-    let run = info
-        .as_str()
-        .unwrap()
-        .lines()
-        .find_map(|l| l.strip_prefix("run_id:"))
-        .unwrap()
-        .trim()
-        .to_owned();
+    let field = |section: &'static str, name: &'static str| async move {
+        let info = node.cmd(&["INFO", section]).await.unwrap();
+        let prefix = format!("{name}:");
+        info.as_str()
+            .unwrap()
+            .lines()
+            .find_map(|l| l.strip_prefix(prefix.as_str()).map(str::to_owned))
+            .unwrap()
+            .trim()
+            .to_owned()
+    };
+    // The server's identity as the scripts name it.
+    let run = format!(
+        "{}/{}",
+        field("server", "run_id").await,
+        field("replication", "master_replid").await
+    );
     node.cmd(&[
         "HSET",
         &token_key(group),

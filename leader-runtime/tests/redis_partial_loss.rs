@@ -193,3 +193,48 @@ async fn a_record_that_cannot_issue_a_greater_token_writes_nothing() {
     );
     a.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_renew_on_a_record_another_server_wrote_ends_the_view() {
+    let server = RedisServer::start().await.unwrap();
+    let a = instance(&server, "a");
+    lead(&a).await;
+    let mut events = a.subscribe();
+    // As if Redis had restarted from a file (or a replica been promoted)
+    // with a's key still alive in it: the server vouches for no record.
+    server
+        .cmd(&["HSET", RECORD_KEY, "run", "f00d"])
+        .await
+        .unwrap();
+    let changed = Instant::now();
+    let lost = timeout(RENEW * 2, async {
+        loop {
+            if let Ok(Event::Lost { .. }) = events.recv().await {
+                return Instant::now();
+            }
+        }
+    })
+    .await
+    .expect("the view ends at the next renew");
+    assert!(lost - changed <= RENEW + Duration::from_millis(100));
+    // a takes its own key back, after a one-ttl safe start.
+    elected(&mut events, TTL * 3).await;
+    assert!(changed.elapsed() >= TTL);
+    a.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_release_names_the_leadership_it_ends() {
+    let server = RedisServer::start().await.unwrap();
+    let a = instance(&server, "a");
+    let token = lead(&a).await;
+    // A newer leadership of a's id (a re-claim elsewhere, say): a's release
+    // of its own, older one must leave the lease alone.
+    server
+        .cmd(&["HSET", RECORD_KEY, "token", &(token + 1).to_string()])
+        .await
+        .unwrap();
+    a.step_down(G).await.unwrap();
+    assert_eq!(server.cmd(&["GET", LEASE_KEY]).await.unwrap(), "a");
+    a.shutdown().await;
+}

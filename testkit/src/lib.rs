@@ -2,7 +2,8 @@
 //!
 //! - [`RedisServer`]: a real `redis-server` per test, on a free loopback
 //!   port, that a test can kill, restart on the same port, stop and start
-//!   again, pause and resume; its log goes into failure messages.
+//!   again, pause and resume, or crash and restart from its RDB snapshot or
+//!   AOF ([`Persisted`]); its log goes into failure messages.
 //! - [`FaultProxy`]: a TCP proxy between the code under test and Redis that
 //!   adds delay or jitter, black-holes traffic, resets connections or refuses
 //!   new ones, switchable while connections are live.
@@ -11,6 +12,10 @@
 //!   every process shares.
 //! - [`RedisCluster`]: a real Redis Cluster (3 masters by default) on free
 //!   ports, created with `redis-cli --cluster create`.
+//! - [`RedisSentinel`]: a Sentinel deployment (a primary, a replica that
+//!   replicates through a [`FaultProxy`], three `redis-server --sentinel`)
+//!   on free ports: find the master, force a failover, kill the master, cut
+//!   the replication link.
 //! - [`TlsFiles`]: a throw-away CA with server and client certificates (made
 //!   by `openssl`), and [`free_port`] for a `--tls-port`.
 //! - [`RespConn`] / [`Reply`]: a tiny raw RESP client, so tests can look at
@@ -25,12 +30,14 @@ mod proxy;
 mod redis_server;
 mod resp;
 mod rng;
+mod sentinel;
 mod tls;
 
 pub use cluster::{RedisCluster, RedisClusterBuilder};
 pub use process::{monotonic_now_ns, process_state, signal, ChildProcess, OutputLines, Signal};
 pub use proxy::{FaultProxy, Mode};
-pub use redis_server::{RedisServer, RedisServerBuilder};
+pub use redis_server::{Persisted, RedisServer, RedisServerBuilder};
 pub use resp::{Reply, RespConn};
 pub use rng::XorShift;
+pub use sentinel::{RedisSentinel, RedisSentinelBuilder};
 pub use tls::{free_port, TlsFiles};

@@ -1,11 +1,11 @@
 //! A fault-injecting TCP proxy for partitions and slow networks.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -72,6 +72,8 @@ struct Shared {
     accepted: AtomicU64,
     /// Ids of the connections whose tasks are still running.
     live: watch::Sender<BTreeSet<u64>>,
+    /// Per-connection modes that override the proxy's (`None`: follow it).
+    overrides: Mutex<BTreeMap<u64, watch::Sender<Option<Mode>>>>,
 }
 
 /// A TCP proxy on `127.0.0.1` that forwards to one upstream (a
@@ -157,6 +159,7 @@ impl FaultProxy {
             refuse: AtomicBool::new(false),
             accepted: AtomicU64::new(0),
             live: watch::Sender::new(BTreeSet::new()),
+            overrides: Mutex::new(BTreeMap::new()),
         });
         let (mode, mode_rx) = watch::channel(Mode::Pass);
         let (reset, reset_rx) = watch::channel(0u64);
@@ -278,6 +281,42 @@ impl FaultProxy {
         }
     }
 
+    /// The ids of the connections open now, oldest first. Ids count up from
+    /// 0 in the order connections were accepted (refused ones get none), so
+    /// a test that knows in which order its client opens connections can
+    /// tell them apart (e.g. a pub/sub connection opened before the first
+    /// command).
+    pub fn connection_ids(&self) -> Vec<u64> {
+        self.shared.live.borrow().iter().copied().collect()
+    }
+
+    /// Overrides the mode for one open connection (see
+    /// [`connection_ids`](Self::connection_ids)): e.g. black-hole only a
+    /// client's pub/sub connection, a half-open connection among healthy
+    /// ones. `None` makes it follow the proxy's mode again. Returns whether
+    /// the connection is still open.
+    ///
+    /// # Panics
+    ///
+    /// If `mode` is a [`Mode::Jitter`] with `min > max`.
+    pub fn set_connection_mode(&self, id: u64, mode: Option<Mode>) -> bool {
+        if let Some(Mode::Jitter { min, max }) = mode {
+            assert!(min <= max, "jitter: min {min:?} > max {max:?}");
+        }
+        let overrides = self
+            .shared
+            .overrides
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        match overrides.get(&id) {
+            Some(tx) => {
+                tx.send_replace(mode);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// The number of connections accepted and forwarded so far (refused
     /// ones not counted): a test can see that a client reconnected.
     pub fn accepted(&self) -> u64 {
@@ -317,6 +356,12 @@ async fn accept_loop(
         let id = next_id;
         next_id += 1;
         shared.accepted.fetch_add(1, Ordering::SeqCst);
+        let (override_tx, override_rx) = watch::channel(None);
+        shared
+            .overrides
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(id, override_tx);
         shared.live.send_modify(|live| {
             live.insert(id);
         });
@@ -331,7 +376,10 @@ async fn accept_loop(
         tokio::spawn(connect_and_pipe(
             client,
             shared.upstream,
-            mode.clone(),
+            Modes {
+                proxy: mode.clone(),
+                connection: override_rx,
+            },
             reset,
             guard,
             seeds,
@@ -347,6 +395,11 @@ struct LiveGuard {
 
 impl Drop for LiveGuard {
     fn drop(&mut self) {
+        self.shared
+            .overrides
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&self.id);
         self.shared.live.send_modify(|live| {
             live.remove(&self.id);
         });
@@ -358,10 +411,38 @@ fn abort(stream: &TcpStream) {
     let _ = stream.set_zero_linger();
 }
 
+/// The proxy's mode, and one connection's override of it.
+#[derive(Clone)]
+struct Modes {
+    proxy: watch::Receiver<Mode>,
+    connection: watch::Receiver<Option<Mode>>,
+}
+
+impl Modes {
+    /// The mode in force now; marks both as seen.
+    fn current(&mut self) -> Mode {
+        let proxy = *self.proxy.borrow_and_update();
+        self.connection.borrow_and_update().unwrap_or(proxy)
+    }
+
+    /// Until either changes; `Err` when the proxy is gone.
+    async fn changed(&mut self) -> Result<(), watch::error::RecvError> {
+        tokio::select! {
+            changed = self.proxy.changed() => changed,
+            // The override's sender goes with the connection's guard,
+            // which outlives the writers: then only the proxy's mode counts.
+            changed = self.connection.changed() => match changed {
+                Ok(()) => Ok(()),
+                Err(_) => self.proxy.changed().await,
+            },
+        }
+    }
+}
+
 async fn connect_and_pipe(
     client: TcpStream,
     upstream: SocketAddr,
-    mode: watch::Receiver<Mode>,
+    mode: Modes,
     mut reset: watch::Receiver<u64>,
     guard: LiveGuard,
     seeds: (u64, u64),
@@ -445,7 +526,7 @@ async fn reader(
 async fn writer(
     mut wr: OwnedWriteHalf,
     mut queue: mpsc::Receiver<Chunk>,
-    mut mode: watch::Receiver<Mode>,
+    mut mode: Modes,
     mut reset: watch::Receiver<u64>,
 ) {
     // On reset: RST (not FIN), so the peer sees ECONNRESET.
@@ -471,7 +552,7 @@ async fn writer(
         };
         // Wait until the mode (as it is now, and as it changes) releases it.
         loop {
-            let current = *mode.borrow_and_update();
+            let current = mode.current();
             let deadline = current.hold(chunk.sample).map(|hold| chunk.read_at + hold);
             if matches!(deadline, Some(d) if d <= Instant::now()) {
                 break;

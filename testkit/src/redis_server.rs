@@ -29,6 +29,20 @@ const CMD_TIMEOUT: Duration = Duration::from_secs(5);
 
 static SERVER_SEQ: AtomicU32 = AtomicU32::new(0);
 
+/// The files in a server's dir that [`RedisServer::start_again_from`] loads:
+/// a restart that keeps (part of) the data, as a real deployment with
+/// persistence does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Persisted {
+    /// The RDB snapshot `dump.rdb` (written by `SAVE`, `BGSAVE` or a `save`
+    /// rule). The server starts with `--appendonly no`.
+    Rdb,
+    /// The append-only files in `appendonlydir` (turned on with the
+    /// builder's `--appendonly yes` or `CONFIG SET appendonly yes`). The
+    /// server starts with `--appendonly yes`.
+    Aof,
+}
+
 /// Configures a [`RedisServer`] before starting it.
 ///
 /// # Examples
@@ -48,6 +62,7 @@ static SERVER_SEQ: AtomicU32 = AtomicU32::new(0);
 #[derive(Debug, Clone)]
 pub struct RedisServerBuilder {
     binary: PathBuf,
+    config_file: Option<PathBuf>,
     args: Vec<String>,
     password: Option<String>,
     startup_timeout: Duration,
@@ -57,6 +72,7 @@ impl Default for RedisServerBuilder {
     fn default() -> Self {
         RedisServerBuilder {
             binary: PathBuf::from("redis-server"),
+            config_file: None,
             args: Vec::new(),
             password: None,
             startup_timeout: Duration::from_secs(10),
@@ -68,6 +84,14 @@ impl RedisServerBuilder {
     /// The server binary; default `redis-server` from `PATH`.
     pub fn binary(mut self, path: impl Into<PathBuf>) -> Self {
         self.binary = path.into();
+        self
+    }
+
+    /// A config file, passed as the first argument (before the harness's
+    /// options, which override it). `redis-server --sentinel` needs one it
+    /// can rewrite; it is kept across restarts.
+    pub fn config_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.config_file = Some(path.into());
         self
     }
 
@@ -145,7 +169,7 @@ impl RedisServerBuilder {
         let mut last_busy = String::new();
         for _ in 0..FRESH_PORT_ATTEMPTS {
             server.port = pick_port(&mut rng)?;
-            match server.launch().await {
+            match server.launch(None).await {
                 Ok(()) => return Ok(server),
                 Err(Launch::PortBusy(why)) => last_busy = why,
                 Err(Launch::Failed(e)) => return Err(e),
@@ -167,10 +191,12 @@ enum Launch {
 /// A `redis-server` process owned by one test.
 ///
 /// It listens on `127.0.0.1` on a port of its own (never 6379), persists
-/// nothing (`--save "" --appendonly no`), keeps its files in a temp dir of
-/// its own and logs to a file there ([`log`](Self::log)). It can be killed,
-/// restarted on the same port with empty data, stopped and started again,
-/// paused and resumed. Dropping it kills the process (and removes the temp
+/// nothing by itself (`--save "" --appendonly no`; an explicit `SAVE` or
+/// `CONFIG SET appendonly yes` still writes to its dir), keeps its files in
+/// a temp dir of its own and logs to a file there ([`log`](Self::log)). It
+/// can be killed, restarted on the same port with empty data, or from the
+/// RDB snapshot or AOF in its dir ([`restart_from`](Self::restart_from)),
+/// stopped and started again, paused and resumed. Dropping it kills the process (and removes the temp
 /// dir unless the thread is panicking, so the log survives a failed test).
 ///
 /// # Examples
@@ -385,14 +411,127 @@ impl RedisServer {
     }
 
     /// Starts the server again on the same port after [`kill`](Self::kill)
-    /// or [`stop`](Self::stop), with empty data and no cached scripts, and
-    /// waits until it answers. Retries for up to 5 s while the port is still
-    /// busy.
+    /// or [`stop`](Self::stop), with empty data and no cached scripts (any
+    /// RDB or AOF file in its dir is deleted first), and waits until it
+    /// answers. Retries for up to 5 s while the port is still busy.
     ///
     /// # Errors
     ///
     /// If the server is running, the port stays busy, or the start fails.
     pub async fn start_again(&mut self) -> io::Result<()> {
+        self.relaunch(None).await
+    }
+
+    /// Starts the server again on the same port after [`kill`](Self::kill)
+    /// or [`stop`](Self::stop), loading the data `from` the files in its
+    /// dir (with the builder's arguments plus `--appendonly no` for
+    /// [`Persisted::Rdb`] or `--appendonly yes` for [`Persisted::Aof`]),
+    /// and waits until it answers (not while it still replies `-LOADING`).
+    /// The script cache is empty, and the server has a new `run_id`.
+    ///
+    /// # Errors
+    ///
+    /// As [`start_again`](Self::start_again); also if the file to load is
+    /// missing.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn f() -> std::io::Result<()> {
+    /// use leader_testkit::{Persisted, RedisServer};
+    ///
+    /// let mut server = RedisServer::start().await?;
+    /// server.cmd(&["SET", "k", "old"]).await?;
+    /// server.cmd(&["SAVE"]).await?.ok()?;
+    /// server.cmd(&["SET", "k", "new"]).await?;
+    /// server.restart_from(Persisted::Rdb).await?; // kill -9, load dump.rdb
+    /// assert_eq!(server.cmd(&["GET", "k"]).await?, "old");
+    /// # Ok(()) }
+    /// ```
+    pub async fn start_again_from(&mut self, from: Persisted) -> io::Result<()> {
+        let needed = match from {
+            Persisted::Rdb => self.dir.join("dump.rdb"),
+            Persisted::Aof => self.dir.join("appendonlydir"),
+        };
+        if !needed.exists() {
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("nothing to load: {} is missing", needed.display()),
+            ));
+        }
+        self.relaunch(Some(from)).await
+    }
+
+    /// [`kill`](Self::kill) (SIGKILL: no shutdown save) then
+    /// [`start_again_from`](Self::start_again_from): a crash and a restart
+    /// that loads the snapshot or AOF as it was on disk.
+    ///
+    /// # Errors
+    ///
+    /// As [`start_again_from`](Self::start_again_from).
+    pub async fn restart_from(&mut self, from: Persisted) -> io::Result<()> {
+        self.kill().await?;
+        self.start_again_from(from).await
+    }
+
+    /// The incremental AOF file that the server appends to now (from the
+    /// manifest in `appendonlydir`), e.g. to cut off its tail and model the
+    /// writes a host crash loses under `appendfsync everysec`.
+    ///
+    /// # Errors
+    ///
+    /// If there is no manifest or it names no incremental file.
+    pub fn aof_incr_file(&self) -> io::Result<PathBuf> {
+        let aof_dir = self.dir.join("appendonlydir");
+        let manifest = fs::read_dir(&aof_dir)?
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .find(|p| p.extension().is_some_and(|e| e == "manifest"))
+            .ok_or_else(|| {
+                io::Error::new(
+                    io::ErrorKind::NotFound,
+                    format!("no AOF manifest in {}", aof_dir.display()),
+                )
+            })?;
+        // Lines like `file appendonly.aof.2.incr.aof seq 2 type i`; the last
+        // incremental one is current.
+        fs::read_to_string(&manifest)?
+            .lines()
+            .filter_map(|l| {
+                let words: Vec<&str> = l.split_whitespace().collect();
+                let file = words.windows(2).find(|w| w[0] == "file")?[1];
+                words
+                    .windows(2)
+                    .any(|w| w[0] == "type" && w[1] == "i")
+                    .then(|| aof_dir.join(file))
+            })
+            .next_back()
+            .ok_or_else(|| {
+                io::Error::new(
+                    io::ErrorKind::NotFound,
+                    format!("no incremental AOF in {}", manifest.display()),
+                )
+            })
+    }
+
+    /// One field of `INFO <section>` (e.g. `("server", "run_id")`), or
+    /// `None` if the server does not report it.
+    ///
+    /// # Errors
+    ///
+    /// As [`cmd`](Self::cmd), or an error reply.
+    pub async fn info_field(&self, section: &str, field: &str) -> io::Result<Option<String>> {
+        let info = self.cmd(&["INFO", section]).await?.ok()?;
+        Ok(info.as_str().and_then(|text| {
+            text.lines().find_map(|l| {
+                l.strip_prefix(field)
+                    .and_then(|rest| rest.strip_prefix(':'))
+                    .map(|v| v.trim().to_owned())
+            })
+        }))
+    }
+
+    async fn relaunch(&mut self, from: Option<Persisted>) -> io::Result<()> {
         if self.is_running() {
             return Err(io::Error::new(
                 io::ErrorKind::AlreadyExists,
@@ -401,7 +540,7 @@ impl RedisServer {
         }
         let deadline = Instant::now() + SAME_PORT_RETRY;
         loop {
-            match self.launch().await {
+            match self.launch(from).await {
                 Ok(()) => return Ok(()),
                 Err(Launch::Failed(e)) => return Err(e),
                 Err(Launch::PortBusy(why)) if Instant::now() >= deadline => {
@@ -457,12 +596,20 @@ impl RedisServer {
         })
     }
 
-    /// Spawns the process on `self.port` and waits until it is ready.
-    async fn launch(&mut self) -> Result<(), Launch> {
+    /// Spawns the process on `self.port` and waits until it is ready,
+    /// empty or loading the data `from` its dir.
+    async fn launch(&mut self, from: Option<Persisted>) -> Result<(), Launch> {
         debug_assert!(self.child.is_none());
         let failed = Launch::Failed;
-        // Nothing persists, but make sure no dump of a previous run is loaded.
-        let _ = fs::remove_file(self.dir.join("dump.rdb"));
+        // Only the files asked for are loaded: an empty start deletes both
+        // kinds (even when the builder's arguments turn persistence on), a
+        // start from the snapshot the AOF (which it would not read anyway).
+        if from.is_none() {
+            let _ = fs::remove_file(self.dir.join("dump.rdb"));
+        }
+        if from != Some(Persisted::Aof) {
+            let _ = fs::remove_dir_all(self.dir.join("appendonlydir"));
+        }
         let log_path = self.log_path();
         let log_offset = fs::metadata(&log_path).map(|m| m.len()).unwrap_or(0) as usize;
         let out_path = self.dir.join("stdout.log");
@@ -473,6 +620,9 @@ impl RedisServer {
             .open(&out_path)
             .map_err(failed)?;
         let mut cmd = Command::new(&self.config.binary);
+        if let Some(file) = &self.config.config_file {
+            cmd.arg(file);
+        }
         cmd.arg("--port")
             .arg(self.port.to_string())
             .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
@@ -482,6 +632,11 @@ impl RedisServer {
             .arg("--logfile")
             .arg(&log_path)
             .args(&self.config.args)
+            .args(match from {
+                None => &[][..],
+                Some(Persisted::Rdb) => &["--appendonly", "no"][..],
+                Some(Persisted::Aof) => &["--appendonly", "yes"][..],
+            })
             .stdin(Stdio::null())
             .stdout(out.try_clone().map_err(failed)?)
             .stderr(out);

@@ -316,3 +316,39 @@ async fn drop_stops_the_proxy() {
         tokio::time::sleep(5 * MS).await;
     }
 }
+
+#[tokio::test]
+async fn one_connection_can_be_blackholed_alone() {
+    let (_server, proxy) = setup().await;
+    let mut first = RespConn::connect(proxy.addr()).await.unwrap();
+    ping_rtt(&mut first).await;
+    let mut second = RespConn::connect(proxy.addr()).await.unwrap();
+    ping_rtt(&mut second).await;
+    let ids = proxy.connection_ids();
+    assert_eq!(ids.len(), 2);
+    assert!(proxy.set_connection_mode(ids[0], Some(Mode::Blackhole)));
+    first.send(&["PING"]).await.unwrap();
+    assert_held(&mut first).await;
+    // The other connection, and new ones, are not affected.
+    ping_rtt(&mut second).await;
+    let mut third = RespConn::connect(proxy.addr()).await.unwrap();
+    ping_rtt(&mut third).await;
+    // Back to the proxy's mode: the held PING is answered.
+    assert!(proxy.set_connection_mode(ids[0], None));
+    let reply = reply_within(&mut first, Duration::from_secs(1)).await;
+    assert_eq!(reply.as_str(), Some("PONG"));
+    // A proxy-wide blackhole still reaches a connection without an override.
+    proxy.blackhole();
+    second.send(&["PING"]).await.unwrap();
+    assert_held(&mut second).await;
+    // …but not one whose override says pass.
+    assert!(proxy.set_connection_mode(ids[0], Some(Mode::Pass)));
+    ping_rtt(&mut first).await;
+    drop(first);
+    proxy.pass();
+    proxy
+        .wait_connections(2, Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert!(!proxy.set_connection_mode(ids[0], Some(Mode::Blackhole)));
+}

@@ -4,7 +4,7 @@ use std::io;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Duration;
 
-use leader_testkit::{process_state, RedisServer, Reply, RespConn};
+use leader_testkit::{process_state, Persisted, RedisServer, Reply, RespConn};
 
 const SHORT: Duration = Duration::from_millis(300);
 
@@ -116,6 +116,116 @@ async fn kill_then_restart_on_the_same_port_with_empty_data_and_scripts() {
         "{}",
         server.report()
     );
+}
+
+#[tokio::test]
+async fn restart_from_the_rdb_snapshot_loads_the_older_data() {
+    let mut server = RedisServer::start().await.unwrap();
+    let run_id = server
+        .info_field("server", "run_id")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(run_id.len(), 40, "{run_id}");
+    // Nothing to load before a SAVE.
+    let mut no_dump = RedisServer::start().await.unwrap();
+    let err = no_dump.restart_from(Persisted::Rdb).await.unwrap_err();
+    assert_eq!(err.kind(), io::ErrorKind::NotFound, "{err}");
+
+    server.cmd(&["SET", "k", "old"]).await.unwrap();
+    server
+        .cmd(&["SET", "gone", "x", "PX", "200"])
+        .await
+        .unwrap();
+    server.cmd(&["SAVE"]).await.unwrap().ok().unwrap();
+    server.cmd(&["SET", "k", "new"]).await.unwrap();
+    server.cmd(&["SET", "later", "v"]).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(250)).await; // `gone` expires
+    let port = server.port();
+    server.restart_from(Persisted::Rdb).await.unwrap();
+    assert_eq!(server.port(), port);
+    assert_eq!(server.cmd(&["GET", "k"]).await.unwrap(), "old");
+    assert!(server.cmd(&["GET", "later"]).await.unwrap().is_nil());
+    assert!(server.cmd(&["GET", "gone"]).await.unwrap().is_nil());
+    let new_run_id = server
+        .info_field("server", "run_id")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_ne!(new_run_id, run_id);
+    assert!(
+        server.log().contains("DB loaded from disk"),
+        "{}",
+        server.report()
+    );
+    // An empty restart afterwards deletes the snapshot.
+    server.restart().await.unwrap();
+    assert!(server.cmd(&["GET", "k"]).await.unwrap().is_nil());
+    assert!(!server.dir().join("dump.rdb").exists());
+}
+
+#[tokio::test]
+async fn restart_from_the_aof_replays_it_and_a_cut_tail_is_lost() {
+    let mut server = RedisServer::start().await.unwrap();
+    server
+        .cmd(&["CONFIG", "SET", "appendonly", "yes"])
+        .await
+        .unwrap()
+        .ok()
+        .unwrap();
+    // Turning the AOF on writes its base file in the background.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let rewriting = server
+            .info_field("persistence", "aof_rewrite_in_progress")
+            .await
+            .unwrap();
+        let scheduled = server
+            .info_field("persistence", "aof_rewrite_scheduled")
+            .await
+            .unwrap();
+        if rewriting.as_deref() == Some("0") && scheduled.as_deref() == Some("0") {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "no AOF base file");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    server.cmd(&["SET", "a", "1"]).await.unwrap();
+    let incr = server.aof_incr_file().unwrap();
+    let kept = std::fs::metadata(&incr).unwrap().len();
+    assert!(kept > 0, "{}", incr.display());
+    server.cmd(&["SET", "b", "2"]).await.unwrap();
+    server.kill().await.unwrap();
+    // Everything acknowledged reached the file (kill -9 loses no write()).
+    assert!(std::fs::metadata(&incr).unwrap().len() > kept);
+    server.start_again_from(Persisted::Aof).await.unwrap();
+    assert_eq!(server.cmd(&["GET", "a"]).await.unwrap(), "1");
+    assert_eq!(server.cmd(&["GET", "b"]).await.unwrap(), "2");
+
+    // Cut the tail written after `a` (what a host crash loses).
+    server.cmd(&["SET", "c", "3"]).await.unwrap();
+    let incr = server.aof_incr_file().unwrap();
+    let kept = std::fs::metadata(&incr).unwrap().len();
+    server.cmd(&["SET", "d", "4"]).await.unwrap();
+    server.kill().await.unwrap();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&incr)
+        .unwrap()
+        .set_len(kept)
+        .unwrap();
+    server.start_again_from(Persisted::Aof).await.unwrap();
+    assert_eq!(server.cmd(&["GET", "c"]).await.unwrap(), "3");
+    assert!(server.cmd(&["GET", "d"]).await.unwrap().is_nil());
+    assert!(
+        server.log().contains("DB loaded from append only file"),
+        "{}",
+        server.report()
+    );
+    // An empty start deletes the AOF even though the AOF was on.
+    server.restart().await.unwrap();
+    assert!(server.cmd(&["GET", "a"]).await.unwrap().is_nil());
+    assert!(!server.dir().join("appendonlydir").exists());
 }
 
 #[tokio::test]

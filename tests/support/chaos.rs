@@ -4,7 +4,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use leader_testkit::monotonic_now_ns;
+use leader_testkit::{monotonic_now_ns, Persisted, Reply};
 
 use super::checker::{Line, Violation};
 use super::fleet::Fleet;
@@ -36,10 +36,39 @@ pub enum Fault {
     ForeignValue,
     /// Someone replaces the lease key by a hash for one ttl, then deletes it.
     WrongType,
+    /// Someone `DEL`s the lease key while the leader holds it.
+    DelLease,
+    /// As [`DelLease`](Self::DelLease), and a new instance joins right
+    /// after (a rolling deploy: a follower was stopped just before).
+    DelLeaseJoin,
+    /// Memory pressure under a real `maxmemory` with `maxmemory-policy
+    /// volatile-ttl`: a filler writes keys with an expiry (in db 1) until
+    /// eviction deletes the lease key (seen as a keyspace notification),
+    /// then the limit is lifted and the filler's keys deleted.
+    EvictVolatileTtl,
+    /// As [`EvictVolatileTtl`](Self::EvictVolatileTtl), and a new instance joins.
+    EvictVolatileTtlJoin,
+    /// As [`EvictVolatileTtl`](Self::EvictVolatileTtl) under `volatile-lru`.
+    EvictVolatileLru,
+    /// As [`EvictVolatileLru`](Self::EvictVolatileLru), and a new instance joins.
+    EvictVolatileLruJoin,
+    /// `SAVE` an RDB snapshot, let renewals go on for 1.5 × ttl (the
+    /// snapshot's lease expires), then kill -9 redis-server and restart it
+    /// from that snapshot: the lease key is gone, the token record older.
+    RdbRestore,
+    /// As [`RdbRestore`](Self::RdbRestore), and a new instance joins.
+    RdbRestoreJoin,
+    /// The AOF on with `appendfsync everysec`; kill -9 redis-server and
+    /// restart it from its AOF without the writes of the last 1.5 × ttl
+    /// (what a host crash loses when fsyncs lag: everysec fsyncs once a
+    /// second and lets a slow fsync fall up to 2 s behind).
+    AofRestore,
+    /// As [`AofRestore`](Self::AofRestore), and a new instance joins.
+    AofRestoreJoin,
 }
 
 impl Fault {
-    pub const ALL: [Fault; 10] = [
+    pub const ALL: [Fault; 20] = [
         Fault::Kill9Leader,
         Fault::SigtermLeader,
         Fault::SigstopLeader,
@@ -50,18 +79,77 @@ impl Fault {
         Fault::RedisDown,
         Fault::ForeignValue,
         Fault::WrongType,
+        Fault::DelLease,
+        Fault::DelLeaseJoin,
+        Fault::EvictVolatileTtl,
+        Fault::EvictVolatileTtlJoin,
+        Fault::EvictVolatileLru,
+        Fault::EvictVolatileLruJoin,
+        Fault::RdbRestore,
+        Fault::RdbRestoreJoin,
+        Fault::AofRestore,
+        Fault::AofRestoreJoin,
     ];
 
+    /// Whether the fault deletes the leader's lease key behind its back
+    /// (the key, not the token record, is lost).
+    pub fn loses_lease_key(self) -> bool {
+        matches!(
+            self,
+            Fault::DelLease
+                | Fault::DelLeaseJoin
+                | Fault::EvictVolatileTtl
+                | Fault::EvictVolatileTtlJoin
+                | Fault::EvictVolatileLru
+                | Fault::EvictVolatileLruJoin
+                | Fault::RdbRestore
+                | Fault::RdbRestoreJoin
+                | Fault::AofRestore
+                | Fault::AofRestoreJoin
+        )
+    }
+
+    /// Whether a new instance joins right after the fault (a rolling
+    /// deploy: one follower is stopped just before it, and a new process
+    /// starts in its slot right after).
+    pub fn joins(self) -> bool {
+        matches!(
+            self,
+            Fault::DelLeaseJoin
+                | Fault::EvictVolatileTtlJoin
+                | Fault::EvictVolatileLruJoin
+                | Fault::RdbRestoreJoin
+                | Fault::AofRestoreJoin
+        )
+    }
+
     /// The promised bound on the time until the group leads again, from
-    /// the fault (crash-like faults) or from the repair (Redis back, key
-    /// fixed); for the slow network, on the longest leaderless gap; `None`
-    /// where the leader must simply keep leading.
+    /// the fault (crash-like faults, a lost lease key) or from the repair
+    /// (Redis back, key fixed); for the slow network, on the longest
+    /// leaderless gap; `None` where the leader must simply keep leading.
+    ///
+    /// A lost lease key (`DEL`, eviction) is like a crash of the leader:
+    /// the token record still says until when the last holder may lead
+    /// (at most one ttl after the loss), and the next leader starts then.
+    /// A restore from disk is like a restart: the record is not vouched
+    /// for by the new server process, so the first acquisition after it
+    /// (within `retry_interval` of Redis answering) waits one full ttl.
     pub fn bound(self, fleet: &Fleet) -> Option<Duration> {
         let (ttl, renew) = (fleet.cfg.ttl, fleet.cfg.renew);
         match self {
-            Fault::Kill9Leader | Fault::SigstopLeader | Fault::BlackholeLeader => {
-                Some(ttl + Duration::from_millis(250))
-            }
+            Fault::Kill9Leader
+            | Fault::SigstopLeader
+            | Fault::BlackholeLeader
+            | Fault::DelLease
+            | Fault::DelLeaseJoin
+            | Fault::EvictVolatileTtl
+            | Fault::EvictVolatileTtlJoin
+            | Fault::EvictVolatileLru
+            | Fault::EvictVolatileLruJoin => Some(ttl + Duration::from_millis(250)),
+            Fault::RdbRestore
+            | Fault::RdbRestoreJoin
+            | Fault::AofRestore
+            | Fault::AofRestoreJoin => Some(ttl + renew),
             Fault::SigtermLeader => Some(Duration::from_millis(100)),
             Fault::RedisRestart
             | Fault::RedisDown
@@ -94,6 +182,9 @@ pub struct Outcome {
 /// up. Not a bound: bounds are checked on the measured times.
 const PATIENCE: Duration = Duration::from_secs(10);
 
+/// Timeout of one command on a raw connection of the test's own.
+const CMD_TIMEOUT: Duration = Duration::from_secs(5);
+
 fn dur(ns: u64) -> Duration {
     Duration::from_nanos(ns)
 }
@@ -120,6 +211,22 @@ pub async fn inject(
     let err = |e: std::io::Error| e.to_string();
     let mut recovery = None;
     let mut detail = String::new();
+    // A rolling deploy: stop one follower now, start a new process in its
+    // slot right after the fault.
+    let joiner = if fault.joins() {
+        let slot = followers[(pick as usize) % followers.len()];
+        fleet.terminate(slot).await;
+        Some(slot)
+    } else {
+        None
+    };
+    macro_rules! join {
+        () => {
+            if let Some(slot) = joiner {
+                fleet.spawn(slot);
+            }
+        };
+    }
     // Wait for the next `elected` after `t` and check it against the bound.
     macro_rules! recovered_after {
         ($t:expr, $what:expr) => {{
@@ -278,15 +385,15 @@ pub async fn inject(
             }
         }
         Fault::RedisRestart => {
-            fleet.redis.restart().await.map_err(err)?;
+            fleet.redis_mut().restart().await.map_err(err)?;
             let back = monotonic_now_ns();
             recovered_after!(back, "Redis restarted empty");
         }
         Fault::RedisDown => {
             let t = monotonic_now_ns();
-            fleet.redis.stop().await.map_err(err)?;
+            fleet.redis_mut().stop().await.map_err(err)?;
             sleep_until_ns(after(t, 2 * ttl)).await;
-            fleet.redis.start_again().await.map_err(err)?;
+            fleet.redis_mut().start_again().await.map_err(err)?;
             let back = monotonic_now_ns();
             recovered_after!(back, "Redis came back empty");
         }
@@ -294,7 +401,7 @@ pub async fn inject(
             let key = fleet.lease_key();
             let t = monotonic_now_ns();
             fleet
-                .redis
+                .redis()
                 .cmd(&["SET", key, "intruder"])
                 .await
                 .map_err(err)?
@@ -321,7 +428,7 @@ pub async fn inject(
             }
             sleep_until_ns(after(t, ttl)).await;
             let fixed = monotonic_now_ns();
-            fleet.redis.cmd(&["DEL", key]).await.map_err(err)?;
+            fleet.redis().cmd(&["DEL", key]).await.map_err(err)?;
             if let Some(w) = fleet.history().first_window_after(t) {
                 if w.start < fixed {
                     return Err(format!("elected while the key held another value: {w:?}"));
@@ -333,7 +440,7 @@ pub async fn inject(
             let key = fleet.lease_key();
             let t = monotonic_now_ns();
             fleet
-                .redis
+                .redis()
                 .cmd(&[
                     "EVAL",
                     "redis.call('DEL', KEYS[1]) return redis.call('HSET', KEYS[1], 'f', 'v')",
@@ -365,7 +472,7 @@ pub async fn inject(
             }
             sleep_until_ns(after(t, ttl)).await;
             let fixed = monotonic_now_ns();
-            fleet.redis.cmd(&["DEL", key]).await.map_err(err)?;
+            fleet.redis().cmd(&["DEL", key]).await.map_err(err)?;
             if let Some(w) = fleet.history().first_window_after(t) {
                 if w.start < fixed {
                     return Err(format!("elected while the key was a hash: {w:?}"));
@@ -373,12 +480,383 @@ pub async fn inject(
             }
             recovered_after!(fixed, "the hash was deleted");
         }
+        Fault::DelLease | Fault::DelLeaseJoin => {
+            let t = monotonic_now_ns();
+            let deleted = fleet
+                .redis()
+                .cmd(&["DEL", fleet.lease_key()])
+                .await
+                .map_err(err)?;
+            if deleted != 1 {
+                return Err(format!("DEL of the held lease key replied {deleted}"));
+            }
+            join!();
+            recovered_after!(t, "DEL of the lease key");
+        }
+        Fault::EvictVolatileTtl
+        | Fault::EvictVolatileTtlJoin
+        | Fault::EvictVolatileLru
+        | Fault::EvictVolatileLruJoin => {
+            let policy = match fault {
+                Fault::EvictVolatileTtl | Fault::EvictVolatileTtlJoin => "volatile-ttl",
+                _ => "volatile-lru",
+            };
+            let eviction = evict_lease_key(fleet, policy).await?;
+            detail = eviction.detail;
+            join!();
+            recovered_after!(eviction.at, format!("eviction ({detail})"));
+        }
+        Fault::RdbRestore | Fault::RdbRestoreJoin => {
+            let t = monotonic_now_ns();
+            fleet
+                .redis()
+                .cmd(&["SAVE"])
+                .await
+                .map_err(err)?
+                .ok()
+                .map_err(err)?;
+            let saved_run = fleet
+                .redis()
+                .info_field("server", "run_id")
+                .await
+                .map_err(err)?;
+            // Renewals go on; the snapshot's lease expires meanwhile.
+            sleep_until_ns(after(t, ttl * 3 / 2)).await;
+            let log_from = fleet.redis().log().len();
+            fleet
+                .redis_mut()
+                .restart_from(Persisted::Rdb)
+                .await
+                .map_err(err)?;
+            let back = monotonic_now_ns();
+            join!();
+            detail = restored(fleet, log_from, "DB loaded from disk", saved_run).await?;
+            recovered_after!(
+                back,
+                format!("Redis restarted from the snapshot ({detail})")
+            );
+        }
+        Fault::AofRestore | Fault::AofRestoreJoin => {
+            aof_on(fleet).await?;
+            // At least one renewal in the file before the part that is cut.
+            let member = fleet.member(leader);
+            let from = member.lines().len();
+            member
+                .wait_line(
+                    from,
+                    |l| matches!(l, Line::Renewed { token, .. } if *token == leader_token),
+                    ttl + PATIENCE,
+                )
+                .await
+                .map_err(|e| format!("no renewal with the AOF on: {e}"))?;
+            let incr = fleet.redis().aof_incr_file().map_err(err)?;
+            let t = monotonic_now_ns();
+            let kept = std::fs::metadata(&incr).map_err(err)?.len();
+            let run = fleet
+                .redis()
+                .info_field("server", "run_id")
+                .await
+                .map_err(err)?;
+            sleep_until_ns(after(t, ttl * 3 / 2)).await;
+            let log_from = fleet.redis().log().len();
+            fleet.redis_mut().kill().await.map_err(err)?;
+            // Still the file Redis appended to (no rewrite in between).
+            if fleet.redis().aof_incr_file().map_err(err)? != incr {
+                return Err(format!(
+                    "the AOF was rewritten; {} is not current",
+                    incr.display()
+                ));
+            }
+            let written = std::fs::metadata(&incr).map_err(err)?.len();
+            if written <= kept {
+                return Err(format!(
+                    "nothing was appended to the AOF in {:?}",
+                    ttl * 3 / 2
+                ));
+            }
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(&incr)
+                .and_then(|f| f.set_len(kept))
+                .map_err(err)?;
+            fleet
+                .redis_mut()
+                .start_again_from(Persisted::Aof)
+                .await
+                .map_err(err)?;
+            let back = monotonic_now_ns();
+            join!();
+            detail = format!(
+                "{} of {written} AOF bytes lost, {}",
+                written - kept,
+                restored(fleet, log_from, "DB loaded from append only file", run).await?
+            );
+            recovered_after!(back, format!("Redis restarted from the AOF ({detail})"));
+        }
+    }
+    if let Some(slot) = joiner {
+        fleet.wait_ready(slot).await;
+    }
+    if fault.loses_lease_key() {
+        // The old leader's lease is gone: it must find out (and its view
+        // end) by itself; wait for that so the checker sees whole windows.
+        fleet
+            .member(leader)
+            .wait_line(
+                0,
+                |l| matches!(l, Line::Lost { token, .. } if *token == leader_token),
+                ttl + PATIENCE,
+            )
+            .await
+            .map_err(|e| format!("the old leader {leader_name} never lost its lease: {e}"))?;
     }
     Ok(Outcome {
         fault,
         recovery,
         detail,
     })
+}
+
+/// When and how the lease key was evicted.
+struct Eviction {
+    /// When the eviction notice arrived (just after the eviction).
+    at: u64,
+    detail: String,
+}
+
+/// Fill Redis (db 1, keys with a 10-minute expiry) under a `maxmemory`
+/// just above its use and `maxmemory-policy policy` until eviction deletes
+/// the lease key, seen on `__keyevent@0__:evicted`; then lift the limit,
+/// delete the filler's keys and restore the settings. Bounded in writes and
+/// time.
+async fn evict_lease_key(fleet: &Fleet, policy: &str) -> Result<Eviction, String> {
+    const VALUE_BYTES: usize = 16 * 1024;
+    const HEADROOM: u64 = 256 * 1024;
+    const MAX_WRITES: usize = 20_000;
+    let err = |e: std::io::Error| e.to_string();
+    let redis = &fleet.redis();
+    let lease_key = fleet.lease_key().to_owned();
+    let config_get = |name: &'static str| async move {
+        match redis.cmd(&["CONFIG", "GET", name]).await {
+            Ok(Reply::Array(v)) if v.len() == 2 => Ok(v[1].as_str().unwrap_or_default().to_owned()),
+            other => Err(format!("CONFIG GET {name}: {other:?}")),
+        }
+    };
+    let notify = config_get("notify-keyspace-events").await?;
+    let old_policy = config_get("maxmemory-policy").await?;
+    let set = |name: &'static str, value: String| async move {
+        redis
+            .cmd(&["CONFIG", "SET", name, &value])
+            .await
+            .map_err(err)?
+            .ok()
+            .map_err(err)
+            .map(drop)
+    };
+    // Notices of evictions only (E: keyevent channels, e: evicted).
+    set("notify-keyspace-events", "Ee".to_owned()).await?;
+    let mut sub = redis.connect().await.map_err(err)?;
+    tokio::time::timeout(
+        CMD_TIMEOUT,
+        sub.cmd(&["SUBSCRIBE", "__keyevent@0__:evicted"]),
+    )
+    .await
+    .map_err(|_| "SUBSCRIBE: no reply".to_owned())?
+    .map_err(err)?;
+    let (evicted_tx, mut evicted_rx) = tokio::sync::oneshot::channel();
+    let listener = tokio::spawn(async move {
+        loop {
+            match sub.read_reply().await {
+                Ok(Reply::Array(m)) if m.len() == 3 && m[2] == lease_key.as_str() => {
+                    let _ = evicted_tx.send(monotonic_now_ns());
+                    return;
+                }
+                Ok(_) => {}
+                Err(_) => return,
+            }
+        }
+    });
+    let evicted_before = evicted_keys(fleet).await?;
+    let mut filler = redis.connect().await.map_err(err)?;
+    filler
+        .cmd(&["SELECT", "1"])
+        .await
+        .map_err(err)?
+        .ok()
+        .map_err(err)?;
+    set("maxmemory-policy", policy.to_owned()).await?;
+    let used: u64 = redis
+        .info_field("memory", "used_memory")
+        .await
+        .map_err(err)?
+        .and_then(|v| v.parse().ok())
+        .ok_or("no used_memory in INFO")?;
+    set("maxmemory", (used + HEADROOM).to_string()).await?;
+    let value = "x".repeat(VALUE_BYTES);
+    let deadline = monotonic_now_ns() + PATIENCE.as_nanos() as u64;
+    let mut writes = 0;
+    let mut oom = 0;
+    let evicted_at = loop {
+        if let Ok(at) = evicted_rx.try_recv() {
+            break Ok(at);
+        }
+        if writes >= MAX_WRITES || monotonic_now_ns() > deadline {
+            break Err(format!(
+                "{policy}: the lease key was not evicted after {writes} writes of {VALUE_BYTES} bytes"
+            ));
+        }
+        let key = format!("filler:{writes}");
+        let args = ["SET", &key, &value, "PX", "600000"];
+        match tokio::time::timeout(CMD_TIMEOUT, filler.cmd(&args))
+            .await
+            .map_err(|_| format!("filler SET: no reply within {CMD_TIMEOUT:?}"))?
+            .map_err(err)?
+        {
+            Reply::Error(e) if e.starts_with("OOM") => oom += 1,
+            Reply::Error(e) => break Err(format!("filler SET: {e}")),
+            _ => {}
+        }
+        writes += 1;
+        // Let the notice arrive before the next write.
+        tokio::task::yield_now().await;
+    };
+    // Heal: no limit, no filler, the settings as they were.
+    let healed = async {
+        set("maxmemory", "0".to_owned()).await?;
+        filler
+            .cmd(&["FLUSHDB"])
+            .await
+            .map_err(err)?
+            .ok()
+            .map_err(err)?;
+        set("maxmemory-policy", old_policy).await?;
+        set("notify-keyspace-events", notify).await
+    }
+    .await;
+    listener.abort();
+    let at = evicted_at?;
+    healed?;
+    let evicted = evicted_keys(fleet).await? - evicted_before;
+    Ok(Eviction {
+        at,
+        detail: format!(
+            "{policy}: lease key evicted after {writes} filler writes ({} KiB), {evicted} keys evicted, {oom} OOM replies",
+            writes * VALUE_BYTES / 1024
+        ),
+    })
+}
+
+/// Lift any memory limit and delete the filler's keys (db 1): the repair
+/// after an eviction fault that failed half-way.
+pub async fn heal_memory(fleet: &Fleet) -> std::io::Result<()> {
+    fleet
+        .redis()
+        .cmd(&["CONFIG", "SET", "maxmemory", "0"])
+        .await?
+        .ok()?;
+    let flush = async {
+        let mut conn = fleet.redis().connect().await?;
+        conn.cmd(&["SELECT", "1"]).await?.ok()?;
+        conn.cmd(&["FLUSHDB"]).await?.ok().map(drop)
+    };
+    tokio::time::timeout(CMD_TIMEOUT, flush)
+        .await
+        .unwrap_or_else(|_| Err(std::io::ErrorKind::TimedOut.into()))
+}
+
+async fn evicted_keys(fleet: &Fleet) -> Result<u64, String> {
+    fleet
+        .redis()
+        .info_field("stats", "evicted_keys")
+        .await
+        .map_err(|e| e.to_string())?
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| "no evicted_keys in INFO".to_owned())
+}
+
+/// Turn the AOF on (`appendfsync everysec`) unless it is, and wait until
+/// its base file is written. Automatic rewrites are off, so the file the
+/// fault cuts stays the one Redis appends to (in a long mix, eviction
+/// faults append megabytes of filler to it).
+async fn aof_on(fleet: &Fleet) -> Result<(), String> {
+    let err = |e: std::io::Error| e.to_string();
+    let redis = &fleet.redis();
+    let on = redis
+        .info_field("persistence", "aof_enabled")
+        .await
+        .map_err(err)?
+        == Some("1".into());
+    let mut settings = vec![
+        ("appendfsync", "everysec"),
+        ("auto-aof-rewrite-percentage", "0"),
+    ];
+    if !on {
+        settings.push(("appendonly", "yes"));
+    }
+    for (name, value) in settings {
+        redis
+            .cmd(&["CONFIG", "SET", name, value])
+            .await
+            .map_err(err)?
+            .ok()
+            .map_err(err)?;
+    }
+    let deadline = monotonic_now_ns() + PATIENCE.as_nanos() as u64;
+    loop {
+        let field = |f: &'static str| redis.info_field("persistence", f);
+        let (rewriting, scheduled, enabled) = (
+            field("aof_rewrite_in_progress").await.map_err(err)?,
+            field("aof_rewrite_scheduled").await.map_err(err)?,
+            field("aof_enabled").await.map_err(err)?,
+        );
+        if rewriting.as_deref() == Some("0")
+            && scheduled.as_deref() == Some("0")
+            && enabled.as_deref() == Some("1")
+            && redis.aof_incr_file().is_ok()
+        {
+            return Ok(());
+        }
+        if monotonic_now_ns() > deadline {
+            return Err(format!("the AOF base was not written within {PATIENCE:?}"));
+        }
+        // No notice for the end of a rewrite: poll, bounded.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Check that the server that came back loaded its data from disk (its
+/// log since `log_from` says `loaded`) and is a new process (a new
+/// `run_id`); describe what it loaded.
+async fn restored(
+    fleet: &Fleet,
+    log_from: usize,
+    loaded: &str,
+    old_run: Option<String>,
+) -> Result<String, String> {
+    let log = fleet.redis().log();
+    let new = log.get(log_from..).unwrap_or_default();
+    if !new.contains(loaded) {
+        return Err(format!(
+            "Redis did not log {loaded:?} on its restart:\n{new}"
+        ));
+    }
+    let run = fleet
+        .redis()
+        .info_field("server", "run_id")
+        .await
+        .map_err(|e| e.to_string())?;
+    if run == old_run {
+        return Err(format!("the restored server kept its run_id {run:?}"));
+    }
+    // e.g. "Done loading RDB, keys loaded: 1, keys expired: 1."
+    Ok(new
+        .lines()
+        .filter_map(|l| {
+            l.find("keys loaded")
+                .map(|i| l[i..].trim_end_matches('.').to_owned())
+        })
+        .next_back()
+        .unwrap_or_else(|| loaded.to_owned()))
 }
 
 /// The leader in `slot` still leads after `since`: it renews `renewals`

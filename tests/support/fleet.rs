@@ -146,9 +146,15 @@ pub fn index_after(lines: &[String], t_ns: u64) -> usize {
     i
 }
 
+/// What a fleet's instances elect on.
+pub enum Backend {
+    /// One `redis-server` (reached through the proxies when proxied).
+    Standalone(RedisServer),
+}
+
 pub struct Fleet {
     pub cfg: FleetConfig,
-    pub redis: RedisServer,
+    backend: Backend,
     /// One per slot when [`FleetConfig::proxied`].
     pub proxies: Vec<FaultProxy>,
     pub store: Option<FencedStore>,
@@ -185,7 +191,7 @@ impl Fleet {
         let mut fleet = Fleet {
             live: vec![None; cfg.instances],
             cfg,
-            redis,
+            backend: Backend::Standalone(redis),
             proxies,
             store,
             members: Vec::new(),
@@ -201,6 +207,20 @@ impl Fleet {
         fleet
     }
 
+    /// The Redis server the instances use now: the standalone server.
+    pub fn redis(&self) -> &RedisServer {
+        match &self.backend {
+            Backend::Standalone(redis) => redis,
+        }
+    }
+
+    /// As [`redis`](Self::redis), to kill, restart or stop it.
+    pub fn redis_mut(&mut self) -> &mut RedisServer {
+        match &mut self.backend {
+            Backend::Standalone(redis) => redis,
+        }
+    }
+
     /// The lease key of the fleet's group.
     pub fn lease_key(&self) -> &'static str {
         "leader:{chaos}:lease"
@@ -210,7 +230,7 @@ impl Fleet {
     pub fn url_for(&self, slot: usize) -> String {
         match self.proxies.get(slot) {
             Some(proxy) => proxy.url(),
-            None => self.redis.url(),
+            None => self.redis().url(),
         }
     }
 
@@ -521,7 +541,7 @@ impl Fleet {
                 let _ = writeln!(out, "{l}");
             }
         }
-        let log = self.redis.log();
+        let log = self.redis().log();
         let tail: Vec<&str> = log.lines().rev().take(30).collect();
         let _ = writeln!(out, "--- redis-server log (tail) ---");
         for l in tail.iter().rev() {

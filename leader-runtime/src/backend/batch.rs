@@ -200,6 +200,7 @@ async fn send<C: ConnectionLike>(mut conn: C, scripts: Arc<Scripts>, chunk: Vec<
             Value::Int(1) => Ok(Renew::Renewed),
             Value::Int(0) => Ok(Renew::Gone),
             Value::Int(-1) => Ok(Renew::Other),
+            Value::Int(-2) => Ok(Renew::Unvouched),
             // That key's own error (the script reports it as a string).
             Value::BulkString(e) => Err(Error::backend(&r.group, String::from_utf8_lossy(&e))),
             other => Err(protocol_err(&r.group, &other)),
@@ -217,7 +218,7 @@ fn protocol_err(group: &str, reply: &Value) -> Error {
 
 /// The Redis Cluster hash slot of `key`: CRC16 (XMODEM) of its hash tag (the
 /// part between the first `{` and the next `}`, when not empty), mod 16384.
-fn slot(key: &[u8]) -> u16 {
+pub(crate) fn slot(key: &[u8]) -> u16 {
     let tagged = key.iter().position(|&b| b == b'{').and_then(|open| {
         let rest = &key[open + 1..];
         let close = rest.iter().position(|&b| b == b'}')?;

@@ -9,6 +9,7 @@ use tokio::sync::broadcast;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::fence::{Call, MemoryKeys as FencedKeys, Outcome};
 use super::{Acquire, NoticeSink, Op, Renew, SafeStart};
 use crate::names::GroupKeys;
 use crate::{Error, Result};
@@ -71,6 +72,8 @@ struct Data {
     /// Keys set with [`MemoryBackend::claim`] (`SET NX PX`), with their expiry.
     #[cfg(feature = "cron")]
     claims: HashMap<String, Instant>,
+    /// Keys written by fenced writes ([`crate::Fence`]).
+    fenced: FencedKeys,
 }
 
 /// A group's record, as `backend/record.lua` describes it.
@@ -276,6 +279,57 @@ impl MemoryBackend {
             .insert(keys.lease, (holder.to_owned(), Instant::now() + ttl));
     }
 
+    /// The string at `key`, as fenced writes ([`Fence`](crate::Fence)) left
+    /// it (`None`: absent, expired, or not a string), for tests of code that
+    /// writes through a fence.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use leader_runtime::{Config, Fenced, MemoryBackend, Runtime};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), leader_runtime::Error> {
+    /// let backend = MemoryBackend::new();
+    /// let runtime = Runtime::new(Config::builder().memory(backend.clone()).build()?)?;
+    /// let written = runtime
+    ///     .run_if_leader("jobs", || async {
+    ///         let fence = leader_runtime::current_lease().unwrap().fence();
+    ///         fence.set(fence.key("state"), "done").await
+    ///     })
+    ///     .await
+    ///     .unwrap()?;
+    /// assert!(matches!(written, Fenced::Applied(())));
+    /// assert_eq!(backend.get("leader:{jobs}:state").as_deref(), Some(&b"done"[..]));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn get(&self, key: &str) -> Option<Vec<u8>> {
+        self.state().data.fenced.get(key)
+    }
+
+    /// The field `field` of the hash at `key`, as fenced writes left it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use leader_runtime::MemoryBackend;
+    ///
+    /// assert_eq!(MemoryBackend::new().hget("leader:{jobs}:h", "f"), None);
+    /// ```
+    pub fn hget(&self, key: &str, field: impl AsRef<[u8]>) -> Option<Vec<u8>> {
+        self.state().data.fenced.hget(key, field.as_ref())
+    }
+
+    /// A fenced write, against the record's token (see `fence.lua`).
+    pub(super) fn fenced(&self, call: &Call<'_>) -> Result<Outcome> {
+        self.check_available(call.group)?;
+        let mut state = self.state();
+        let data = &mut state.data;
+        let mark = data.records.get_mut(call.record).map(|r| &mut r.token);
+        data.fenced.apply(mark, call)
+    }
+
     fn state(&self) -> MutexGuard<'_, State> {
         // The lock guards plain maps whose invariants hold between statements.
         self.inner
@@ -378,15 +432,15 @@ impl MemoryBackend {
             Some(true) => {
                 let now = Instant::now();
                 let run = state.run;
+                // The rule of record.lua's renew_one: only on a vouched record.
+                match state.data.records.get_mut(&op.keys.record) {
+                    Some(r) if r.run == run => r.until = r.until.max(now + ttl),
+                    _ => return Ok(Renew::Unvouched),
+                }
                 state
                     .data
                     .leases
                     .insert(op.keys.lease.clone(), (op.id.to_owned(), now + ttl));
-                if let Some(r) = state.data.records.get_mut(&op.keys.record) {
-                    let until = if r.run == run { r.until } else { now };
-                    r.until = until.max(now + ttl);
-                    r.run = run;
-                }
                 Renew::Renewed
             }
             Some(false) => Renew::Other,
@@ -394,10 +448,16 @@ impl MemoryBackend {
         })
     }
 
-    pub(super) fn release(&self, op: &Op<'_>, channel: &str) -> Result<bool> {
+    pub(super) fn release(&self, op: &Op<'_>, channel: &str, token: u64) -> Result<bool> {
         self.check_available(op.group)?;
         let mut state = self.state();
-        let ours = Self::live(&mut state, &op.keys.lease).is_some_and(|(h, _)| h == op.id);
+        // Ours, and under the leadership we end (not a newer one of ours).
+        let ours = Self::live(&mut state, &op.keys.lease).is_some_and(|(h, _)| h == op.id)
+            && state
+                .data
+                .records
+                .get(&op.keys.record)
+                .is_some_and(|r| r.token == token);
         if ours {
             let run = state.run;
             state.data.leases.remove(&op.keys.lease);

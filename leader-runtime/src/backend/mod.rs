@@ -6,8 +6,10 @@
 //! release notices.
 
 mod batch;
+pub(crate) mod fence;
 mod memory;
 mod redis;
+mod sentinel;
 
 use std::future::Future;
 use std::sync::atomic::AtomicBool;
@@ -17,6 +19,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+pub(crate) use self::batch::slot;
 pub use self::memory::{MemoryBackend, MemorySnapshot};
 pub(crate) use self::redis::{RedisBackend, RedisConfig, RedisOptions};
 use crate::names::GroupKeys;
@@ -77,6 +80,10 @@ pub(crate) enum Renew {
     Gone,
     /// Someone else (or another value) holds it.
     Other,
+    /// We hold it, but the group's record was written by another server
+    /// process (a restart from disk, a failover, a restore): nothing was
+    /// renewed; acquire again, with a safe start.
+    Unvouched,
 }
 
 /// Called for every release notice: `(group, releasing instance id)`; the
@@ -143,11 +150,12 @@ impl Backend {
         }
     }
 
-    /// Returns whether we held (and so released) the lease.
-    pub(crate) async fn release(&self, op: &Op<'_>, channel: &str) -> Result<bool> {
+    /// Release the lease we hold under the leadership with `token`.
+    /// Returns whether we held (and so released) it.
+    pub(crate) async fn release(&self, op: &Op<'_>, channel: &str, token: u64) -> Result<bool> {
         match self {
-            Backend::Redis(b) => b.release(op, channel).await,
-            Backend::Memory(b) => b.release(op, channel),
+            Backend::Redis(b) => b.release(op, channel, token).await,
+            Backend::Memory(b) => b.release(op, channel, token),
         }
     }
 
@@ -171,6 +179,15 @@ impl Backend {
         match self {
             Backend::Redis(b) => b.claim(group, key, value, ttl).await,
             Backend::Memory(b) => b.claim(group, key, value, ttl),
+        }
+    }
+
+    /// A fenced write: applied only if `call.token` is not below the group's
+    /// high-water mark (see `fence.lua`).
+    pub(crate) async fn fenced(&self, call: &fence::Call<'_>) -> Result<fence::Outcome> {
+        match self {
+            Backend::Redis(b) => fence::redis(b.conn(), call).await,
+            Backend::Memory(b) => b.fenced(call),
         }
     }
 

@@ -10,12 +10,17 @@
 --          acquire and renew; lowered to max(prior, now) by a clean release
 --   prior  server unix ms until which the holders *before* the current one
 --          may believe they lead (what a clean release falls back to)
---   run    run_id of the Redis process that wrote them
--- A record whose `run` is another process's (restarted from an RDB or AOF
--- file, promoted from a replica, restored) is not vouched for: its times say
--- nothing of renewals that reached the process it came from, so a new leader
--- waits one full ttl. A record of the first format (a string: the token
--- alone) is not vouched for either.
+--   run    which server wrote them: its run_id and its replication id
+--          (master_replid)
+-- A record whose `run` is not this server's is not vouched for: restarted
+-- from an RDB or AOF file or restored (a new run_id), promoted from a replica
+-- (a new replication id, also when an old primary is promoted back after it
+-- resynced from a lagging one). Its times say nothing of renewals that
+-- reached the server it came from, so a new leader waits one full ttl, and a
+-- renew on it fails (the holder acquires again, with that wait): a renew
+-- still in flight from before the copy was taken must not extend a view
+-- past a later holder's start. A record of the first format (a string: the
+-- token alone) is not vouched for either.
 
 -- The largest token: fits a signed 64-bit column of any store.
 local MAX_TOKEN = '9223372036854775807'
@@ -27,11 +32,15 @@ local function server_now()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), us
 end
 
--- This server process's run_id; a server that shows none cannot vouch for
--- any record, so the scripts fail (closed) rather than guess.
+-- This server's identity: run_id and replication id. A server that shows
+-- no run_id cannot vouch for any record, so the scripts fail (closed)
+-- rather than guess; one without a replication id (no replication support)
+-- is named by its run_id alone.
 local function this_run()
   local run = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
   if not run then error('INFO server shows no run_id: cannot vouch for lease records') end
+  local replid = string.match(redis.call('INFO', 'replication'), 'master_replid:(%x+)')
+  if replid then run = run .. '/' .. replid end
   return run
 end
 
@@ -82,13 +91,19 @@ local function read_record(key)
   return rec
 end
 
--- Extend the record at key for a holder renewing until now + ttl (a record
--- that is missing or of the first format stays as it is: an acquire reading
--- it waits one ttl anyway).
-local function extend_record(key, now, ttl, run)
-  if redis.call('TYPE', key)['ok'] ~= 'hash' then return end
-  local f = redis.call('HMGET', key, 'until', 'run')
-  local upto = now + ttl
-  if f[2] == run and ms(f[1]) > upto then upto = ms(f[1]) end
-  redis.call('HSET', key, 'until', string.format('%d', upto), 'run', run)
+-- Renew the lease at lease for holder id until now + ttl, if its record is
+-- vouched for: 1 renewed, 0 gone, -1 someone else holds it, -2 the record is
+-- not vouched for (nothing written).
+local function renew_one(lease, record, id, now, ttl, run)
+  local holder = redis.call('GET', lease)
+  if holder ~= id then
+    if holder then return -1 end
+    return 0
+  end
+  if redis.call('TYPE', record)['ok'] ~= 'hash' then return -2 end
+  local f = redis.call('HMGET', record, 'until', 'run')
+  if f[2] ~= run then return -2 end
+  redis.call('PEXPIRE', lease, ttl)
+  redis.call('HSET', record, 'until', string.format('%d', math.max(ms(f[1]), now + ttl)))
+  return 1
 end

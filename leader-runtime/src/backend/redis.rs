@@ -1,6 +1,7 @@
 //! The Redis backend: one Lua script per lease operation, run on a
 //! self-reconnecting connection (a connection manager for one server, a
-//! cluster connection for Redis Cluster), and a pub/sub connection for
+//! cluster connection for Redis Cluster, a connection that follows the
+//! master for Sentinel: `sentinel.rs`), and a pub/sub connection for
 //! release notices.
 
 use std::collections::HashSet;
@@ -19,6 +20,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::batch::RenewBatcher;
+use super::sentinel::SentinelConn;
 use super::{Acquire, NoticeSink, Op, Renew, SafeStart};
 use crate::config::redact_url;
 use crate::names::GroupKeys;
@@ -31,6 +33,8 @@ pub(crate) struct RedisConfig {
     pub(crate) urls: Vec<String>,
     /// Redis Cluster (`redis_cluster_urls`) rather than one server (`redis_url`).
     pub(crate) cluster: bool,
+    /// Sentinel (`redis_sentinel`): the master's name; `urls` are the sentinels'.
+    pub(crate) sentinel: Option<String>,
     pub(crate) options: RedisOptions,
 }
 
@@ -43,6 +47,8 @@ pub(crate) struct RedisOptions {
     pub(crate) tls_client: Option<(Vec<u8>, Vec<u8>)>,
     /// After each acquisition, `WAIT` for this many replicas (0: don't).
     pub(crate) min_replicas: u32,
+    /// Sentinel only: user (empty: none) and password for the master.
+    pub(crate) master_auth: Option<(String, String)>,
 }
 
 impl RedisOptions {
@@ -54,6 +60,8 @@ impl RedisOptions {
             Some("tls_client_cert")
         } else if self.min_replicas > 0 {
             Some("min_replicas")
+        } else if self.master_auth.is_some() {
+            Some("sentinel_master_auth")
         } else {
             None
         }
@@ -65,6 +73,7 @@ impl RedisConfig {
         Self {
             urls: vec![url],
             cluster: false,
+            sentinel: None,
             options: RedisOptions::default(),
         }
     }
@@ -73,6 +82,16 @@ impl RedisConfig {
         Self {
             urls,
             cluster: true,
+            sentinel: None,
+            options: RedisOptions::default(),
+        }
+    }
+
+    pub(crate) fn sentinel(master_name: String, urls: Vec<String>) -> Self {
+        Self {
+            urls,
+            cluster: false,
+            sentinel: Some(master_name),
             options: RedisOptions::default(),
         }
     }
@@ -81,6 +100,8 @@ impl RedisConfig {
     fn field(&self) -> &'static str {
         if self.cluster {
             "redis_cluster_urls"
+        } else if self.sentinel.is_some() {
+            "redis_sentinel"
         } else {
             "redis_url"
         }
@@ -100,9 +121,18 @@ impl RedisConfig {
         let urls: Vec<String> = self.urls.iter().map(|u| redact_url(u)).collect();
         let mut out = if self.cluster {
             format!("redis cluster [{}]", urls.join(", "))
+        } else if let Some(master) = &self.sentinel {
+            format!("redis sentinel {master:?} [{}]", urls.join(", "))
         } else {
             urls.join(", ")
         };
+        match &self.options.master_auth {
+            Some((user, _)) if !user.is_empty() => {
+                out.push_str(&format!(" (master user {user:?}, password ***)"));
+            }
+            Some(_) => out.push_str(" (master password ***)"),
+            None => {}
+        }
         if self.options.tls_ca.is_some() {
             out.push_str(" (custom CA)");
         }
@@ -119,8 +149,11 @@ impl RedisConfig {
 /// The clients a backend connects with, built (and so checked) without any I/O.
 struct Clients {
     /// One per URL: the server, or each seed node (used for release notices).
+    /// Empty for Sentinel.
     nodes: Vec<redis::Client>,
     cluster: Option<ClusterClient>,
+    /// The sentinel client and the master's database.
+    sentinel: Option<(redis::sentinel::SentinelClient, i64)>,
 }
 
 impl Clients {
@@ -147,7 +180,14 @@ impl Clients {
                 ));
             }
         }
+        if config.options.master_auth.is_some() && config.sentinel.is_none() {
+            return Err(Error::config(
+                "sentinel_master_auth",
+                format!("is for redis_sentinel, not {field}: put the credentials in the URL"),
+            ));
+        }
         let mut nodes = Vec::with_capacity(config.urls.len());
+        let mut infos = Vec::with_capacity(config.urls.len());
         for url in &config.urls {
             let tls = is_tls_url(url);
             if tls && !cfg!(feature = "tls") {
@@ -176,7 +216,19 @@ impl Clients {
                     ),
                 )
             })?;
-            nodes.push(open_client(info, &config.options, field)?);
+            if config.sentinel.is_some() {
+                infos.push((info, redact_url(url)));
+            } else {
+                nodes.push(open_client(info, &config.options, field)?);
+            }
+        }
+        if let Some(master) = &config.sentinel {
+            let sentinel = super::sentinel::client(master, infos, &config.options)?;
+            return Ok(Self {
+                nodes,
+                cluster: None,
+                sentinel: Some(sentinel),
+            });
         }
         let cluster = if config.cluster {
             // One retry, right away, follows a MOVED/ASK redirect (after a
@@ -205,7 +257,11 @@ impl Clients {
         } else {
             None
         };
-        Ok(Self { nodes, cluster })
+        Ok(Self {
+            nodes,
+            cluster,
+            sentinel: None,
+        })
     }
 }
 
@@ -213,13 +269,13 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
     haystack.windows(needle.len()).any(|w| w == needle)
 }
 
-fn is_tls_url(url: &str) -> bool {
+pub(super) fn is_tls_url(url: &str) -> bool {
     let scheme = url.split("://").next().unwrap_or_default();
     scheme.eq_ignore_ascii_case("rediss") || scheme.eq_ignore_ascii_case("valkeys")
 }
 
 #[cfg(feature = "tls")]
-fn tls_certificates(options: &RedisOptions) -> Option<redis::TlsCertificates> {
+pub(super) fn tls_certificates(options: &RedisOptions) -> Option<redis::TlsCertificates> {
     if options.tls_ca.is_none() && options.tls_client.is_none() {
         return None;
     }
@@ -277,6 +333,7 @@ fn ensure_crypto_provider() {
 pub(crate) enum Conn {
     Single(ConnectionManager),
     Cluster(ClusterConnection),
+    Sentinel(SentinelConn),
 }
 
 impl ConnectionLike for Conn {
@@ -284,6 +341,7 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Single(c) => c.req_packed_command(cmd),
             Conn::Cluster(c) => c.req_packed_command(cmd),
+            Conn::Sentinel(c) => c.req_packed_command(cmd),
         }
     }
 
@@ -296,6 +354,7 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Single(c) => c.req_packed_commands(pipeline, offset, count),
             Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Sentinel(c) => c.req_packed_commands(pipeline, offset, count),
         }
     }
 
@@ -303,6 +362,7 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Single(c) => c.get_db(),
             Conn::Cluster(c) => c.get_db(),
+            Conn::Sentinel(c) => c.get_db(),
         }
     }
 }
@@ -312,13 +372,14 @@ pub(crate) struct RedisBackend {
     conn: Conn,
     /// Renewals of many groups in one round trip (see `batch.rs`).
     renewals: RenewBatcher,
-    /// The server, or each seed node of a cluster: the release-notice
-    /// subscription uses them in turn, moving on when one fails.
-    notice_nodes: Arc<[redis::Client]>,
+    /// Where the release-notice subscription connects.
+    notices: NoticeSource,
     scripts: Arc<Scripts>,
     min_replicas: u32,
     /// How long `WAIT` may block (half the call timeout).
     wait_timeout: Duration,
+    /// The longest wait for one call (also the notice connection's `PING`).
+    call_timeout: Duration,
     /// Groups whose acquisition had to wait (a safe start) but was not
     /// confirmed by enough replicas: the record it wrote may be lost in a
     /// failover, so the next win still waits one ttl.
@@ -341,14 +402,18 @@ impl RedisBackend {
         if config.urls.iter().any(|u| is_tls_url(u)) {
             ensure_crypto_provider();
         }
-        let conn = match &clients.cluster {
-            Some(cluster) => {
+        let conn = match (&clients.cluster, clients.sentinel) {
+            (_, Some((sentinel, db))) => {
+                let master = config.sentinel.as_deref().unwrap_or_default();
+                Conn::Sentinel(SentinelConn::new(sentinel, master, db, call_timeout))
+            }
+            (Some(cluster), None) => {
                 let config = ClusterConfig::new()
                     .set_connection_timeout(call_timeout)
                     .set_response_timeout(call_timeout);
                 Conn::Cluster(cluster.get_pending_async_connection_with_config(config))
             }
-            None => {
+            (None, None) => {
                 let config = ConnectionManagerConfig::new()
                     .set_connection_timeout(Some(call_timeout))
                     .set_response_timeout(Some(call_timeout))
@@ -359,17 +424,25 @@ impl RedisBackend {
                     // the first acquisition after Redis returns.
                     .set_number_of_retries(0)
                     .set_max_delay(call_timeout);
-                let client = clients.nodes[0].clone();
+                let client = clients
+                    .nodes
+                    .first()
+                    .cloned()
+                    .ok_or_else(|| Error::config("redis_url", "needs a URL".to_owned()))?;
                 Conn::Single(
                     ConnectionManager::new_lazy_with_config(client, config)
                         .map_err(|e| connection_err(&e))?,
                 )
             }
         };
+        let notices = match &conn {
+            Conn::Sentinel(sentinel) => NoticeSource::Sentinel(sentinel.clone()),
+            _ => NoticeSource::Nodes(clients.nodes.into()),
+        };
         Ok(Self {
             renewals: RenewBatcher::new(conn.clone(), config.cluster),
             conn,
-            notice_nodes: clients.nodes.into(),
+            notices,
             scripts: Arc::new(Scripts {
                 acquire: Script::new(concat!(
                     include_str!("record.lua"),
@@ -382,6 +455,7 @@ impl RedisBackend {
             }),
             min_replicas: config.options.min_replicas,
             wait_timeout: (call_timeout / 2).max(Duration::from_millis(1)),
+            call_timeout,
             unconfirmed_waits: Arc::default(),
         })
     }
@@ -480,6 +554,11 @@ impl RedisBackend {
             }
         }
     }
+    /// The command connection (cheap to clone), for fenced writes.
+    pub(super) fn conn(&self) -> Conn {
+        self.conn.clone()
+    }
+
     pub(super) async fn renew(&self, op: &Op<'_>, ttl: Duration) -> Result<Renew> {
         self.renewals
             .renew(op.group, op.keys, op.id, millis(ttl))
@@ -491,7 +570,7 @@ impl RedisBackend {
         self.renewals.align(due, every)
     }
 
-    pub(super) async fn release(&self, op: &Op<'_>, channel: &str) -> Result<bool> {
+    pub(super) async fn release(&self, op: &Op<'_>, channel: &str, token: u64) -> Result<bool> {
         let reply: Value = self
             .scripts
             .release
@@ -500,6 +579,7 @@ impl RedisBackend {
             .arg(op.id)
             .arg(channel)
             .arg(op.group)
+            .arg(token)
             .invoke_async(&mut self.conn.clone())
             .await
             .map_err(|e| backend_err(op.group, &e))?;
@@ -531,16 +611,26 @@ impl RedisBackend {
         retry: Duration,
         stop: CancellationToken,
     ) {
-        let nodes = self.notice_nodes.clone();
+        let source = self.notices.clone();
+        let health = Health {
+            every: retry,
+            deadline: self.call_timeout,
+        };
         tokio::spawn(async move {
             let mut failing = false;
             let mut next = 0;
             // Whether a connection was attempted (and ended) before.
             let mut lost = false;
             while !stop.is_cancelled() {
-                let client = &nodes[next % nodes.len()];
-                let node = client.get_connection_info().addr().to_string();
-                let listened = listen(client, &channel, &sink, &up, retry, &stop, lost).await;
+                let (listened, node) = match source.client(next, retry).await {
+                    Ok(client) => {
+                        let node = client.get_connection_info().addr().to_string();
+                        let listened =
+                            listen(&client, &channel, &sink, &up, retry, health, &stop, lost).await;
+                        (listened, node)
+                    }
+                    Err(e) => (Err(e), source.describe()),
+                };
                 lost = true;
                 match listened {
                     Ok(()) => failing = false,
@@ -556,7 +646,7 @@ impl RedisBackend {
                 // (of a cluster's seeds) at once; otherwise pace the retries.
                 let was_up = up.swap(false, Ordering::SeqCst);
                 next += 1;
-                if was_up && nodes.len() > 1 {
+                if was_up && source.len() > 1 {
                     continue;
                 }
                 tokio::select! {
@@ -594,13 +684,69 @@ impl RedisBackend {
     }
 }
 
-/// Subscribe and forward notices until the connection ends or `stop`.
+/// Where the release-notice subscription connects.
+#[derive(Clone)]
+enum NoticeSource {
+    /// The server, or each seed node of a cluster, used in turn, moving on
+    /// when one fails.
+    Nodes(Arc<[redis::Client]>),
+    /// The master the sentinels name, resolved again for every connection.
+    Sentinel(SentinelConn),
+}
+
+impl NoticeSource {
+    /// The client for attempt number `n`.
+    async fn client(&self, n: usize, timeout: Duration) -> Result<redis::Client> {
+        match self {
+            NoticeSource::Nodes(nodes) => nodes
+                .get(n % nodes.len().max(1))
+                .cloned()
+                .ok_or_else(|| backend_message("no Redis node to subscribe on")),
+            NoticeSource::Sentinel(sentinel) => {
+                match tokio::time::timeout(timeout, sentinel.resolve()).await {
+                    Ok(client) => client.map_err(|e| connection_err(&e)),
+                    Err(_) => Err(timeout_err(timeout)),
+                }
+            }
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            NoticeSource::Nodes(nodes) => nodes.len(),
+            NoticeSource::Sentinel(_) => 1,
+        }
+    }
+
+    /// What to name in a log line when no node could be chosen.
+    fn describe(&self) -> String {
+        match self {
+            NoticeSource::Nodes(_) => "?".to_owned(),
+            NoticeSource::Sentinel(s) => format!("master {:?} via sentinels", s.master_name()),
+        }
+    }
+}
+
+/// The notice connection's health check: a `PING` every `every`, answered
+/// within `deadline`, or the connection counts as lost (a half-open
+/// connection otherwise looks healthy, and followers would wait for notices
+/// that never come).
+#[derive(Clone, Copy)]
+struct Health {
+    every: Duration,
+    deadline: Duration,
+}
+
+/// Subscribe and forward notices until the connection ends, fails its
+/// health check, or `stop`.
+#[allow(clippy::too_many_arguments)]
 async fn listen(
     client: &redis::Client,
     channel: &str,
     sink: &NoticeSink,
     up: &AtomicBool,
     timeout: Duration,
+    health: Health,
     stop: &CancellationToken,
     reconnect: bool,
 ) -> Result<()> {
@@ -620,17 +766,30 @@ async fn listen(
         // instead of up to one renew interval later.
         sink(super::EVERY_GROUP, "");
     }
-    let mut messages = pubsub.on_message();
+    let (mut commands, mut messages) = pubsub.split();
+    let mut next_ping = Instant::now() + health.every;
     loop {
         let msg = tokio::select! {
             _ = stop.cancelled() => return Ok(()),
             msg = messages.next() => msg,
+            _ = tokio::time::sleep_until(next_ping) => {
+                // Messages that arrive meanwhile wait in the stream's buffer.
+                match tokio::time::timeout(health.deadline, commands.ping::<Value>()).await {
+                    Ok(Ok(_)) => {}
+                    Ok(Err(e)) => return Err(err(e)),
+                    Err(_) => {
+                        return Err(backend_message(&format!(
+                            "release-notice connection did not answer PING within {:?}",
+                            health.deadline
+                        )))
+                    }
+                }
+                next_ping = Instant::now() + health.every;
+                continue;
+            }
         };
         let Some(msg) = msg else {
-            return Err(Error::Connection {
-                message: "release-notice connection closed".to_owned(),
-                source: None,
-            });
+            return Err(backend_message("release-notice connection closed"));
         };
         let payload: String = match msg.get_payload() {
             Ok(p) => p,
@@ -643,6 +802,14 @@ async fn listen(
             Some((group, by)) => sink(group, by),
             None => tracing::warn!(payload, "ignoring a malformed release notice"),
         }
+    }
+}
+
+/// A connection-level error with no underlying error (the notice connection).
+fn backend_message(message: &str) -> Error {
+    Error::Connection {
+        message: message.to_owned(),
+        source: None,
     }
 }
 

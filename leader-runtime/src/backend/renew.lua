@@ -6,15 +6,8 @@
 -- returns   1  renewed
 --           0  the lease is gone (expired, evicted, or Redis lost its data)
 --          -1  another instance (or another value) holds it
+--          -2  the record is not vouched for (restart from disk, failover,
+--              restore): nothing written; acquire again (a safe start)
 if redis.replicate_commands then redis.replicate_commands() end
-local holder = redis.call('GET', KEYS[1])
-if holder == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  local now = server_now()
-  extend_record(KEYS[2], now, tonumber(ARGV[2]), this_run())
-  return 1
-end
-if holder then
-  return -1
-end
-return 0
+local now = server_now()
+return renew_one(KEYS[1], KEYS[2], ARGV[1], now, tonumber(ARGV[2]), this_run())

@@ -184,3 +184,60 @@ async fn a_clean_handover_waits_for_nothing() {
         "the release notice hands over at once"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_renew_on_a_restored_record_fails_and_the_holder_starts_safe() {
+    let mem = MemoryBackend::new();
+    let a = instance(&mem, "a");
+    let va = Views::watch(&a);
+    assert!(a.run_if_leader(G, || async {}).await.is_some());
+    let mut a_events = a.subscribe();
+    // A copy taken while a leads, served by a new process right away: a's
+    // key is in it, alive. A renew still in flight from before the copy was
+    // taken could extend a's view past a later holder's start, so no renew
+    // succeeds on a record the server cannot vouch for.
+    let snapshot = mem.snapshot();
+    mem.restore(&snapshot);
+    let restored_at = Instant::now();
+    let Event::Lost { .. } = next_transition(&mut a_events).await else {
+        panic!("expected Lost")
+    };
+    assert!(Instant::now() - restored_at <= RENEW);
+    // a re-claims its own key, with a one-ttl safe start.
+    let Event::Elected { .. } = next_transition(&mut a_events).await else {
+        panic!("expected Elected")
+    };
+    assert!(Instant::now() >= restored_at + TTL);
+    assert_eq!(va.get().len(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_release_of_an_older_leadership_leaves_the_newer_one() {
+    use crate::backend::{Backend, Op};
+    use crate::names::GroupKeys;
+    let mem = MemoryBackend::new();
+    let backend = Backend::Memory(mem.clone());
+    let keys = GroupKeys::new("leader", G);
+    let op = Op {
+        group: G,
+        keys: &keys,
+        id: "a",
+    };
+    let token = |won| match won {
+        crate::backend::Acquire::Won { token, .. } => token,
+        other => panic!("{other:?}"),
+    };
+    let first = token(backend.acquire(&op, TTL).await.unwrap());
+    // A re-claim (say, after the first leadership's renew timed out): a new
+    // leadership of the same instance.
+    let second = token(backend.acquire(&op, TTL).await.unwrap());
+    assert!(second > first);
+    // The first leadership's release, delayed on an old connection.
+    assert!(!backend.release(&op, "ch", first).await.unwrap());
+    assert_eq!(
+        backend.holder(G, &keys).await.unwrap().as_deref(),
+        Some("a")
+    );
+    assert!(backend.release(&op, "ch", second).await.unwrap());
+    assert_eq!(backend.holder(G, &keys).await.unwrap(), None);
+}

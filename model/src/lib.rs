@@ -1,0 +1,929 @@
+//! A model of the `leader` lease protocol, checked with [stateright].
+//!
+//! See `model/README.md` for what is modelled, what is abstracted away, and how to run the
+//! checks. In short: a few client instances, one Redis server (lease key with expiry, the
+//! record `{token, until, run}`, the server's `run_id`), the three scripts as atomic server
+//! steps, requests and replies that are delayed, reordered or lost, client crashes and
+//! pauses, a discrete global clock, and the server faults of issue 10 (lease-key loss,
+//! whole-data loss, restore of an older state / failover to a lagging replica). Two
+//! properties are checked in every reachable state:
+//!
+//! * [`NO_OVERLAP`]: at no time do two clients' views (`is_leader()` true) overlap;
+//! * [`TOKENS_GROW`]: every token the server issues is strictly greater than every earlier one.
+//!
+//! The protocol is chosen with [`Protocol`]: [`Protocol::V1`] (today's scripts),
+//! [`Protocol::V2_AS_WRITTEN`] (the rule of `PROTOCOL-v2.md`) and [`Protocol::V2_FIXED`]
+//! (that rule with the three holes this model found closed, see [`Fixes`]).
+
+use std::fmt::Write as _;
+
+use stateright::{Model, Path, Property};
+
+/// Name of the "no two views overlap" property.
+pub const NO_OVERLAP: &str = "no two views overlap";
+/// Name of the "tokens strictly grow" property.
+pub const TOKENS_GROW: &str = "tokens strictly grow";
+/// Name of the sanity property "some client's view is active at some point".
+pub const SOME_VIEW: &str = "some view is active (sanity)";
+/// Name of the sanity property "some view begins only after a wait".
+pub const SOME_WAITED_VIEW: &str = "some view begins after a wait (sanity)";
+
+/// Microseconds per tick: the server's `TIME` in µs, as the token rule uses it.
+pub const US_PER_TICK: u64 = 1000;
+
+/// Which scripts (and client rule) the model runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Protocol {
+    /// Today's scripts: the record is a token string; a missing record means a wait of one
+    /// ttl, measured from when the acquire was *sent*; nothing else waits.
+    V1,
+    /// The v2 rule of `PROTOCOL-v2.md` (record `{token, until, run}`; wait `ttl` when the
+    /// record is missing or not vouched for, else `until - now`; the view begins at
+    /// `reply_received + wait`), with or without each of the [`Fixes`] this model found
+    /// necessary. [`Protocol::V2_AS_WRITTEN`] has none, [`Protocol::V2_FIXED`] all.
+    V2(Fixes),
+}
+
+impl Protocol {
+    /// `PROTOCOL-v2.md` exactly as written.
+    pub const V2_AS_WRITTEN: Protocol = Protocol::V2(Fixes::NONE);
+    /// `PROTOCOL-v2.md` with every fix of [`Fixes`].
+    pub const V2_FIXED: Protocol = Protocol::V2(Fixes::ALL);
+
+    fn fixes(self) -> Fixes {
+        match self {
+            Protocol::V1 => Fixes::NONE,
+            Protocol::V2(f) => f,
+        }
+    }
+}
+
+/// Changes to the v2 rule of `PROTOCOL-v2.md`; without each one the model finds two
+/// overlapping views (see the README for the traces).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Fixes {
+    /// The record also keeps `floor`: the server time before which the current holder's
+    /// view may not begin (`now + wait` of the acquire that granted the lease). A re-claim
+    /// (`holder == id`) waits `max(0, floor - now)` instead of 0 and keeps `floor`.
+    /// As written, a client whose acquire reply (with a wait) is lost and that retries is
+    /// told "re-claim, wait 0" and leads at once.
+    pub reclaim_waits_for_floor: bool,
+    /// A clean release sets `until = max(now, floor)` instead of `now`. As written, a
+    /// holder released during its safe-start wait (a shutdown in a rolling deploy) erases
+    /// the earlier holder's `until`, and the next acquirer leads at once.
+    pub release_keeps_floor: bool,
+    /// A renew succeeds only while the record is vouched for (`run == run_id`); otherwise it
+    /// writes nothing and answers 0 ("gone"), and the holder must acquire again (a full-ttl
+    /// safe start). As written, after a restore or failover that brought back our lease key
+    /// but not a later holder's grant, our renew succeeds, extends our view into the later
+    /// holder's, and even vouches for the stale record.
+    pub renew_needs_vouched_record: bool,
+    /// A release names the leadership it ends: `release(id, token)` deletes the lease only
+    /// if `record.token == token`. As written (`release(id)`), a release delayed past the
+    /// same instance's next acquire (`step_down` then re-acquire; a release stuck on an old
+    /// connection) deletes the *new* lease, and with it sets `until = now`: the next
+    /// acquirer leads at once while this instance still does.
+    pub release_names_token: bool,
+}
+
+impl Fixes {
+    /// None: `PROTOCOL-v2.md` as written.
+    pub const NONE: Fixes = Fixes {
+        reclaim_waits_for_floor: false,
+        release_keeps_floor: false,
+        renew_needs_vouched_record: false,
+        release_names_token: false,
+    };
+    /// All of them.
+    pub const ALL: Fixes = Fixes {
+        reclaim_waits_for_floor: true,
+        release_keeps_floor: true,
+        renew_needs_vouched_record: true,
+        release_names_token: true,
+    };
+}
+
+/// Which faults the environment may inject (each injection counts against
+/// [`LeaseModel::max_faults`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Faults {
+    /// The lease key alone is lost: eviction under a `volatile-*` policy, or a manual `DEL`.
+    pub lease_loss: bool,
+    /// All data is lost: restart with no persistence, `FLUSHALL`. New `run_id`.
+    pub data_loss: bool,
+    /// The data goes back to an earlier snapshot of it, served by a *new* process (`run_id`):
+    /// restart from an RDB snapshot or an AOF missing its last second, failover to a lagging
+    /// replica. The snapshot point is itself chosen nondeterministically.
+    pub restore: bool,
+    /// The data goes back to an earlier snapshot, served by the process that wrote that
+    /// snapshot (same `run_id`): fail-back to a demoted primary that resynced from a lagging
+    /// replica, `DEBUG RELOAD`, an operator `RESTORE`-ing dumped keys. Outside v2's stated
+    /// fault model; off in the default checks.
+    pub restore_same_run: bool,
+    /// A client process dies (its view ends, its requests stay in flight) and starts again
+    /// with the same instance id.
+    pub crash: bool,
+}
+
+impl Faults {
+    /// Every fault of issue 10 (all but [`Faults::restore_same_run`]).
+    pub const ISSUE_10: Faults = Faults {
+        lease_loss: true,
+        data_loss: true,
+        restore: true,
+        restore_same_run: false,
+        crash: true,
+    };
+    /// No fault at all.
+    pub const NONE: Faults = Faults {
+        lease_loss: false,
+        data_loss: false,
+        restore: false,
+        restore_same_run: false,
+        crash: false,
+    };
+}
+
+/// The model's parameters. Times are in ticks of the global clock.
+#[derive(Clone, Debug)]
+pub struct LeaseModel {
+    /// Which protocol the clients and scripts follow.
+    pub protocol: Protocol,
+    /// Number of client instances (ids `0..clients`).
+    pub clients: u8,
+    /// Lease ttl.
+    pub ttl: u8,
+    /// Drift margin subtracted from a view's end. 0 is the strictest check (all clocks agree).
+    pub margin: u8,
+    /// The clock stops here.
+    pub max_time: u8,
+    /// Requests each client may send in a whole run (acquire, renew or release).
+    pub max_sends: u8,
+    /// Faults the environment may inject in a whole run.
+    pub max_faults: u8,
+    /// Which faults are enabled.
+    pub faults: Faults,
+    /// The server runs each client's requests in the order sent (one connection per client;
+    /// a request not run before a later one is lost). `false` lets any request overtake any
+    /// other, as across a reconnect while the old connection still has requests queued.
+    pub fifo: bool,
+}
+
+impl LeaseModel {
+    /// The bounded configuration CI runs: 2 clients, ttl 2, clock up to 3, 2 requests
+    /// each, 2 faults of every issue-10 kind, requests reordered freely.
+    pub fn ci(protocol: Protocol) -> Self {
+        LeaseModel {
+            protocol,
+            clients: 2,
+            ttl: 2,
+            margin: 0,
+            max_time: 3,
+            max_sends: 2,
+            max_faults: 2,
+            faults: Faults::ISSUE_10,
+            fifo: false,
+        }
+    }
+
+    /// The larger configuration of `LEADER_MODEL_FULL=1`: clock up to 4.
+    pub fn full(protocol: Protocol) -> Self {
+        LeaseModel {
+            max_time: 4,
+            ..LeaseModel::ci(protocol)
+        }
+    }
+}
+
+/// The lease key: holder and absolute expiry (server time).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Lease {
+    /// Holder's instance id.
+    pub holder: u8,
+    /// The key is gone once `now >= expiry`.
+    pub expiry: u8,
+}
+
+/// The record key (no expiry). V1 uses only `token`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Record {
+    /// Last token issued.
+    pub token: u64,
+    /// Server time until which the last holders may believe they lead (v2).
+    pub until: u8,
+    /// `run_id` of the process that wrote `until` (v2).
+    pub run: u8,
+    /// Server time before which the current holder's view may not begin (with [`Fixes`] only).
+    pub floor: u8,
+}
+
+/// The server's data (what a snapshot holds).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct Data {
+    /// The lease key.
+    pub lease: Option<Lease>,
+    /// The record key.
+    pub record: Option<Record>,
+}
+
+/// A script call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Op {
+    /// acquire(id, ttl)
+    Acquire,
+    /// renew(id, ttl)
+    Renew,
+    /// release(id)
+    Release,
+}
+
+/// A request in flight: sent by `client` at `sent`, executed later or never.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Request {
+    /// Sender.
+    pub client: u8,
+    /// The sender's sequence number of this request (its send order).
+    pub seq: u8,
+    /// The sender has given up on this request (sent another one, or restarted): its reply
+    /// would be ignored, but the server may still run it.
+    pub stale: bool,
+    /// Which script.
+    pub op: Op,
+    /// Client (= global) time the request was sent.
+    pub sent: u8,
+    /// For a release: the token of the leadership it ends (used with
+    /// [`Fixes::release_names_token`]).
+    pub token: u64,
+}
+
+/// A script's answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Answer {
+    /// Acquired: the token and the wait before the view may begin (v1: `wait` is `ttl` when
+    /// the record was missing, measured from the send time; else 0).
+    Acquired {
+        /// The fencing token.
+        token: u64,
+        /// Safe-start wait in ticks.
+        wait: u8,
+    },
+    /// Someone else holds the lease.
+    Held,
+    /// Renew: 1 renewed, 0 gone, -1 someone else holds it.
+    Renewed(i8),
+}
+
+/// A reply in flight (only for the request its client still waits for; replies to a request
+/// the client gave up on are discarded at once, as the client would ignore them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Reply {
+    /// The request answered.
+    pub req: Request,
+    /// The answer.
+    pub answer: Answer,
+}
+
+/// A client's local view: `is_leader()` is true for `ready <= now < until`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct View {
+    /// First instant of the view.
+    pub ready: u8,
+    /// First instant after the view.
+    pub until: u8,
+}
+
+/// One client instance.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct Client {
+    /// The client believes it holds the lease (it renews and may release).
+    pub holder: bool,
+    /// Requests sent so far.
+    pub sends: u8,
+    /// The token of its current leadership (0 if none).
+    pub token: u64,
+    /// Its view, if any.
+    pub view: Option<View>,
+}
+
+impl Client {
+    fn active(&self, now: u8) -> bool {
+        self.view.is_some_and(|v| v.ready <= now && now < v.until)
+    }
+}
+
+/// The whole system.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct State {
+    /// Global clock (ticks); every client's and the server's clock.
+    pub now: u8,
+    /// The server's data.
+    pub data: Data,
+    /// The serving process's `run_id`.
+    pub run: u8,
+    /// Next fresh `run_id`.
+    pub next_run: u8,
+    /// A restart is under way: no script runs until the next tick (a restart or failover
+    /// takes at least one tick, i.e. far more than the microsecond of the token clock).
+    pub down: bool,
+    /// A snapshot of the data (RDB file, AOF, a lagging replica's copy) and the `run_id` of
+    /// the process that served it then.
+    pub snapshot: Option<(Data, u8)>,
+    /// The clients.
+    pub clients: Vec<Client>,
+    /// Requests in flight (sorted).
+    pub requests: Vec<Request>,
+    /// Replies in flight (sorted).
+    pub replies: Vec<Reply>,
+    /// Faults injected so far.
+    pub faults: u8,
+    /// Ghost: the largest token issued so far.
+    pub max_token: u64,
+    /// Ghost: some token was issued that was not greater than an earlier one.
+    pub token_regressed: bool,
+    /// Ghost: some view began after a nonzero wait (for the sanity property).
+    pub waited: bool,
+}
+
+/// A step of the model.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Action {
+    /// The global clock advances one tick.
+    Tick,
+    /// A client sends a request (giving up on any earlier one it still waited for).
+    Send(u8, Op),
+    /// The server runs a request's script atomically.
+    Exec(Request),
+    /// A reply reaches its client.
+    Deliver(Reply),
+    /// The lease key is lost (eviction, `DEL`).
+    LoseLease,
+    /// All data is lost (restart empty).
+    LoseAll,
+    /// The current data is saved (RDB snapshot, the point a replica lags at).
+    TakeSnapshot,
+    /// The snapshot is served by a new process (restart from RDB/AOF, failover).
+    Restore,
+    /// The snapshot is served by the process that served it then (fail-back, `DEBUG RELOAD`).
+    RestoreSameRun,
+    /// A client crashes and restarts with the same id.
+    Crash(u8),
+}
+
+impl State {
+    /// Client `i` gives up on every request it sent so far.
+    fn give_up(&mut self, i: u8) {
+        self.replies.retain(|r| r.req.client != i);
+        for r in &mut self.requests {
+            if r.client == i {
+                r.stale = true;
+            }
+        }
+        self.requests.sort();
+    }
+}
+
+impl LeaseModel {
+    fn lease_at(&self, data: &Data, now: u8) -> Option<Lease> {
+        data.lease.filter(|l| now < l.expiry)
+    }
+
+    fn issue_token(&self, s: &mut State, last: Option<u64>) -> u64 {
+        let now_us = if std::env::var_os("NOTOK").is_some() {
+            return 0;
+        } else {
+            u64::from(s.now) * US_PER_TICK
+        };
+        let token = match last {
+            Some(last) => (last + 1).max(now_us),
+            None => now_us,
+        };
+        if s.max_token != 0 && token <= s.max_token {
+            s.token_regressed = true;
+        }
+        s.max_token = s.max_token.max(token);
+        token
+    }
+
+    /// Runs one script atomically; returns the answer (None for release).
+    fn exec(&self, s: &mut State, req: Request) -> Option<Answer> {
+        let now = s.now;
+        let ttl = self.ttl;
+        let id = req.client;
+        let lease = self.lease_at(&s.data, now);
+        let vouched = |r: &Record, run: u8| r.run == run;
+        match req.op {
+            Op::Acquire => {
+                if let Some(l) = lease {
+                    if l.holder != id {
+                        return Some(Answer::Held);
+                    }
+                }
+                let reclaim = lease.is_some();
+                let rec = s.data.record;
+                let token = self.issue_token(s, rec.map(|r| r.token));
+                let (wait, record) = match self.protocol {
+                    Protocol::V1 => {
+                        let wait = if rec.is_none() { ttl } else { 0 };
+                        (
+                            wait,
+                            Record {
+                                token,
+                                until: 0,
+                                run: 0,
+                                floor: 0,
+                            },
+                        )
+                    }
+                    Protocol::V2(fixes) => {
+                        let vouched_rec = rec.filter(|r| vouched(r, s.run));
+                        let (wait, floor) = match vouched_rec {
+                            // first election, or data loss
+                            None if rec.is_none() => (ttl, now + ttl),
+                            // restart from disk, failover, restore
+                            None => (ttl, now + ttl),
+                            // re-claim of our own lease
+                            Some(r) if reclaim => {
+                                if fixes.reclaim_waits_for_floor {
+                                    (r.floor.saturating_sub(now), r.floor)
+                                } else {
+                                    (0, r.floor)
+                                }
+                            }
+                            // lease key gone before its time (or a release, an expiry)
+                            Some(r) => {
+                                let wait = r.until.saturating_sub(now);
+                                (wait, now + wait)
+                            }
+                        };
+                        let until = vouched_rec.map_or(0, |r| r.until).max(now + ttl);
+                        (
+                            wait,
+                            Record {
+                                token,
+                                until,
+                                run: s.run,
+                                floor,
+                            },
+                        )
+                    }
+                };
+                s.data.record = Some(record);
+                s.data.lease = Some(Lease {
+                    holder: id,
+                    expiry: now + ttl,
+                });
+                Some(Answer::Acquired { token, wait })
+            }
+            Op::Renew => Some(Answer::Renewed(match lease {
+                Some(l) if l.holder == id => {
+                    let rec = s.data.record;
+                    match self.protocol {
+                        Protocol::V1 => {}
+                        Protocol::V2(fixes) => match rec {
+                            Some(mut r) if vouched(&r, s.run) => {
+                                r.until = r.until.max(now + ttl);
+                                s.data.record = Some(r);
+                            }
+                            _ if fixes.renew_needs_vouched_record => {
+                                return Some(Answer::Renewed(0));
+                            }
+                            Some(mut r) => {
+                                r.until = now + ttl;
+                                r.run = s.run;
+                                s.data.record = Some(r);
+                            }
+                            None => {}
+                        },
+                    }
+                    s.data.lease = Some(Lease {
+                        holder: id,
+                        expiry: now + ttl,
+                    });
+                    1
+                }
+                Some(_) => -1,
+                None => 0,
+            })),
+            Op::Release => {
+                let ours = lease.is_some_and(|l| l.holder == id)
+                    && (!self.protocol.fixes().release_names_token
+                        || s.data.record.is_some_and(|r| r.token == req.token));
+                if ours {
+                    s.data.lease = None;
+                    if let Some(mut r) = s.data.record {
+                        if vouched(&r, s.run) {
+                            match self.protocol {
+                                Protocol::V1 => {}
+                                Protocol::V2(fixes) if fixes.release_keeps_floor => {
+                                    r.until = now.max(r.floor);
+                                }
+                                Protocol::V2(_) => r.until = now,
+                            }
+                            s.data.record = Some(r);
+                        }
+                    }
+                }
+                None
+            }
+        }
+    }
+
+    fn deliver(&self, s: &mut State, reply: Reply) {
+        let now = s.now;
+        let req = reply.req;
+        let c = &mut s.clients[usize::from(req.client)];
+        let end = (req.sent + self.ttl).saturating_sub(self.margin);
+        match reply.answer {
+            Answer::Acquired { wait, token } => {
+                let ready = match self.protocol {
+                    // v1: a fresh record waits ttl from the send; else the view starts now.
+                    Protocol::V1 if wait > 0 => req.sent + wait,
+                    Protocol::V1 => now,
+                    Protocol::V2(_) => now + wait,
+                };
+                if end <= now {
+                    // The lease this reply grants is over already: nothing to lead.
+                    return;
+                }
+                if ready > now {
+                    s.waited = true;
+                }
+                // A client acquires only as a follower, and a follower has no view (it ended
+                // on expiry, "gone", "superseded", release or crash), so this replaces nothing.
+                c.holder = true;
+                c.token = token;
+                c.view = Some(View { ready, until: end });
+            }
+            Answer::Held => {}
+            Answer::Renewed(1) => {
+                if let Some(v) = c.view.as_mut() {
+                    v.until = v.until.max(end);
+                }
+            }
+            Answer::Renewed(_) => {
+                // -1 superseded, 0 gone: the view ends at once (as `election.rs` does), and
+                // the client campaigns again.
+                c.holder = false;
+                c.view = None;
+                c.token = 0;
+            }
+        }
+    }
+
+    fn restart(&self, s: &mut State, data: Data, run: u8) {
+        s.data = data;
+        s.run = run;
+        s.down = true;
+        s.faults += 1;
+    }
+
+    /// The representative of a state's class under permutations of the client ids (for
+    /// [`stateright::CheckerBuilder::symmetry_fn`]): clients sorted by everything that
+    /// refers to them.
+    pub fn representative(s: &State) -> State {
+        let n = s.clients.len();
+        let key = |i: usize| {
+            let i8 = i as u8;
+            let mut reqs: Vec<Request> = s
+                .requests
+                .iter()
+                .filter(|r| r.client == i8)
+                .map(|r| Request { client: 0, ..*r })
+                .collect();
+            reqs.sort();
+            let reps: Vec<Reply> = s
+                .replies
+                .iter()
+                .filter(|r| r.req.client == i8)
+                .map(|r| Reply {
+                    req: Request { client: 0, ..r.req },
+                    ..*r
+                })
+                .collect();
+            (
+                s.clients[i],
+                reqs,
+                reps,
+                s.data.lease.map(|l| l.holder == i8),
+                s.snapshot.map(|(d, _)| d.lease.map(|l| l.holder == i8)),
+            )
+        };
+        let mut order: Vec<usize> = (0..n).collect();
+        order.sort_by_cached_key(|&i| key(i));
+        // order[new] = old; perm[old] = new
+        let mut perm = vec![0u8; n];
+        for (new, &old) in order.iter().enumerate() {
+            perm[old] = new as u8;
+        }
+        let mut out = s.clone();
+        out.clients = order.iter().map(|&i| s.clients[i]).collect();
+        for r in &mut out.requests {
+            r.client = perm[usize::from(r.client)];
+        }
+        out.requests.sort();
+        for r in &mut out.replies {
+            r.req.client = perm[usize::from(r.req.client)];
+        }
+        out.replies.sort();
+        if let Some(l) = out.data.lease.as_mut() {
+            l.holder = perm[usize::from(l.holder)];
+        }
+        if let Some((d, _)) = out.snapshot.as_mut() {
+            if let Some(l) = d.lease.as_mut() {
+                l.holder = perm[usize::from(l.holder)];
+            }
+        }
+        out
+    }
+
+    /// A compact one-line description of a state, for traces.
+    pub fn describe(&self, s: &State) -> String {
+        let mut out = format!("t={} run={}", s.now, s.run);
+        if s.down {
+            out.push_str(" DOWN");
+        }
+        match s.data.lease {
+            Some(l) if s.now < l.expiry => {
+                let _ = write!(out, " lease=c{}@<{}", l.holder, l.expiry);
+            }
+            _ => out.push_str(" lease=-"),
+        }
+        match s.data.record {
+            Some(r) if self.protocol == Protocol::V1 => {
+                let _ = write!(out, " record={{token {}}}", r.token);
+            }
+            Some(r) => {
+                let _ = write!(
+                    out,
+                    " record={{token {}, until {}, run {}",
+                    r.token, r.until, r.run
+                );
+                if self.protocol.fixes() != Fixes::NONE {
+                    let _ = write!(out, ", floor {}", r.floor);
+                }
+                out.push('}');
+            }
+            None => out.push_str(" record=-"),
+        }
+        for (i, c) in s.clients.iter().enumerate() {
+            let _ = write!(out, " | c{i}:");
+            match c.view {
+                Some(v) => {
+                    let _ = write!(
+                        out,
+                        " view [{},{}){}",
+                        v.ready,
+                        v.until,
+                        if c.active(s.now) { " ACTIVE" } else { "" }
+                    );
+                }
+                None => out.push_str(" no view"),
+            }
+        }
+        if !s.requests.is_empty() {
+            let _ = write!(out, " | in flight: {}", s.requests.len());
+        }
+        out
+    }
+
+    /// A readable trace: each action followed by the state it leads to.
+    pub fn format_trace(&self, path: &Path<State, Action>) -> String {
+        let steps = path.clone().into_vec();
+        let mut text = String::new();
+        let mut iter = steps.iter().peekable();
+        if let Some((first, _)) = iter.peek() {
+            let _ = writeln!(text, "   {}", self.describe(first));
+        }
+        while let Some((_, action)) = iter.next() {
+            if let (Some(action), Some((next, _))) = (action, iter.peek()) {
+                let _ = writeln!(text, "-> {}", self.format_action_text(action));
+                let _ = writeln!(text, "   {}", self.describe(next));
+            }
+        }
+        text
+    }
+
+    fn format_action_text(&self, action: &Action) -> String {
+        let op = |r: &Request| format!("{:?} of c{} (sent t={})", r.op, r.client, r.sent);
+        match action {
+            Action::Tick => "Tick".into(),
+            Action::Send(c, o) => format!("c{c} sends {o:?}"),
+            Action::Exec(r) => format!("server runs {}", op(r)),
+            Action::Deliver(r) => format!("c{} receives {:?} for {}", r.req.client, r.answer, op(&r.req)),
+            Action::LoseLease => "FAULT: lease key lost (eviction / DEL)".into(),
+            Action::LoseAll => "FAULT: all data lost (restart empty), new run_id".into(),
+            Action::TakeSnapshot => "snapshot of the data taken (RDB / replica lag point)".into(),
+            Action::Restore => {
+                "FAULT: snapshot restored by a new process (restart from RDB/AOF, failover to a lagging replica)".into()
+            }
+            Action::RestoreSameRun => {
+                "FAULT: snapshot served by the process that wrote it (fail-back, DEBUG RELOAD)".into()
+            }
+            Action::Crash(c) => format!("FAULT: c{c} crashes and restarts"),
+        }
+    }
+}
+
+impl Model for LeaseModel {
+    type State = State;
+    type Action = Action;
+
+    fn init_states(&self) -> Vec<State> {
+        let empty = State {
+            now: 0,
+            data: Data::default(),
+            run: 1,
+            next_run: 2,
+            down: false,
+            snapshot: None,
+            clients: vec![Client::default(); usize::from(self.clients)],
+            requests: Vec::new(),
+            replies: Vec::new(),
+            faults: 0,
+            max_token: 0,
+            token_regressed: false,
+            waited: false,
+        };
+        // A group that had leaders long ago: its record is there, its lease long expired.
+        let used = State {
+            data: Data {
+                lease: None,
+                record: Some(Record {
+                    token: 1,
+                    until: 0,
+                    run: 1,
+                    floor: 0,
+                }),
+            },
+            max_token: 1,
+            ..empty.clone()
+        };
+        vec![empty, used]
+    }
+
+    fn actions(&self, s: &State, actions: &mut Vec<Action>) {
+        if s.now < self.max_time {
+            actions.push(Action::Tick);
+        }
+        for (i, c) in s.clients.iter().enumerate() {
+            let i = i as u8;
+            if c.sends < self.max_sends {
+                if c.holder {
+                    actions.push(Action::Send(i, Op::Renew));
+                    actions.push(Action::Send(i, Op::Release));
+                } else {
+                    actions.push(Action::Send(i, Op::Acquire));
+                }
+            }
+        }
+        if !s.down {
+            actions.extend(s.requests.iter().copied().map(Action::Exec));
+        }
+        actions.extend(s.replies.iter().copied().map(Action::Deliver));
+        if s.faults < self.max_faults {
+            let f = self.faults;
+            if f.lease_loss && self.lease_at(&s.data, s.now).is_some() {
+                actions.push(Action::LoseLease);
+            }
+            if f.data_loss && s.data != Data::default() {
+                actions.push(Action::LoseAll);
+            }
+            if let Some((snap, _)) = s.snapshot {
+                if f.restore && snap != s.data {
+                    actions.push(Action::Restore);
+                }
+                if f.restore_same_run && snap != s.data {
+                    actions.push(Action::RestoreSameRun);
+                }
+            }
+            if f.crash {
+                for (i, c) in s.clients.iter().enumerate() {
+                    if *c != Client::default() && c.sends < self.max_sends {
+                        actions.push(Action::Crash(i as u8));
+                    }
+                }
+            }
+        }
+        if (self.faults.restore || self.faults.restore_same_run)
+            && s.snapshot.is_none()
+            && s.data.record.is_some()
+        {
+            actions.push(Action::TakeSnapshot);
+        }
+    }
+
+    fn next_state(&self, last: &State, action: Action) -> Option<State> {
+        let mut s = last.clone();
+        match action {
+            Action::Tick => {
+                s.now += 1;
+                s.down = false;
+                if s.data.lease.is_some_and(|l| l.expiry <= s.now) {
+                    s.data.lease = None;
+                }
+                let now = s.now;
+                for c in &mut s.clients {
+                    if c.view.is_some_and(|v| v.until <= now) {
+                        // The view ran out: the leadership is over for this client.
+                        c.view = None;
+                        c.holder = false;
+                        c.token = 0;
+                    }
+                }
+            }
+            Action::Send(i, op) => {
+                let now = s.now;
+                let c = &mut s.clients[usize::from(i)];
+                let req = Request {
+                    client: i,
+                    seq: c.sends,
+                    stale: op == Op::Release,
+                    op,
+                    sent: now,
+                    token: if op == Op::Release { c.token } else { 0 },
+                };
+                c.sends += 1;
+                if op == Op::Release {
+                    // The view ends before the release is sent (drain, then release).
+                    c.view = None;
+                    c.holder = false;
+                    c.token = 0;
+                }
+                // Any reply to an earlier request would now be ignored.
+                s.give_up(i);
+                s.requests.push(req);
+                s.requests.sort();
+            }
+            Action::Exec(req) => {
+                s.requests.retain(|r| *r != req);
+                if self.fifo {
+                    // One connection per client: the requests it sent before this one are
+                    // run before it, or lost.
+                    s.requests
+                        .retain(|r| r.client != req.client || r.seq > req.seq);
+                }
+                if let Some(answer) = self.exec(&mut s, req) {
+                    if !req.stale {
+                        s.replies.push(Reply { req, answer });
+                        s.replies.sort();
+                    }
+                }
+            }
+            Action::Deliver(reply) => {
+                s.replies.retain(|r| *r != reply);
+                self.deliver(&mut s, reply);
+            }
+            Action::LoseLease => {
+                s.data.lease = None;
+                s.faults += 1;
+            }
+            Action::LoseAll => {
+                let run = s.next_run;
+                s.next_run += 1;
+                self.restart(&mut s, Data::default(), run);
+            }
+            Action::TakeSnapshot => {
+                s.snapshot = Some((s.data, s.run));
+            }
+            Action::Restore => {
+                let (data, _) = s.snapshot?;
+                let run = s.next_run;
+                s.next_run += 1;
+                self.restart(&mut s, data, run);
+            }
+            Action::RestoreSameRun => {
+                let (data, run) = s.snapshot?;
+                self.restart(&mut s, data, run);
+            }
+            Action::Crash(i) => {
+                let c = &mut s.clients[usize::from(i)];
+                *c = Client {
+                    sends: c.sends,
+                    ..Client::default()
+                };
+                s.give_up(i);
+                s.faults += 1;
+            }
+        }
+        // Normalise: an expired lease key is gone (keeps equal states equal).
+        if s.data.lease.is_some_and(|l| l.expiry <= s.now) {
+            s.data.lease = None;
+        }
+        Some(s)
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        vec![
+            Property::<Self>::always(NO_OVERLAP, |_, s| {
+                s.clients.iter().filter(|c| c.active(s.now)).count() <= 1
+            }),
+            Property::<Self>::always(TOKENS_GROW, |_, s| !s.token_regressed),
+            Property::<Self>::sometimes(SOME_VIEW, |_, s| {
+                s.clients.iter().any(|c| c.active(s.now))
+            }),
+            Property::<Self>::sometimes(SOME_WAITED_VIEW, |_, s| {
+                s.waited && s.clients.iter().any(|c| c.active(s.now))
+            }),
+        ]
+    }
+}
