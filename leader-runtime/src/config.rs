@@ -905,11 +905,10 @@ fn default_instance_id() -> String {
     )
 }
 
-pub(crate) use crate::redact::redact_url;
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::redact::redact_url;
 
     fn mem() -> ConfigBuilder {
         Config::builder().memory(MemoryBackend::new())

@@ -22,8 +22,8 @@ use tokio_util::sync::CancellationToken;
 use super::batch::RenewBatcher;
 use super::sentinel::SentinelConn;
 use super::{Acquire, NoticeSink, Op, Renew, SafeStart};
-use crate::config::redact_url;
 use crate::names::GroupKeys;
+use crate::redact::redact_url;
 use crate::{Error, Result};
 
 /// Where and how to reach Redis, as the config builder collected it.
