@@ -847,7 +847,22 @@ impl Shared {
                     .iter()
                     .map(|p| (p.at.timestamp_millis(), p.mode))
                     .collect();
+                // Decisions before this cannot have been lost with the lease
+                // record (see claim.lua): our own view's start after a loss;
+                // else earlier leaders' ticks before a loss are at most
+                // `tolerance` after it, and a whole ttl (a safe start) passed
+                // between the loss and any view after it.
+                let floor_ms = match floor {
+                    Some(f) => f.timestamp_millis(),
+                    None => {
+                        let ttl = TimeDelta::from_std(ctx.config.ttl).unwrap_or(TimeDelta::MAX);
+                        let back = (ttl - self.tolerance).max(TimeDelta::zero());
+                        now.timestamp_millis()
+                            .saturating_sub(back.num_milliseconds())
+                    }
+                };
                 let req = ClaimRequest {
+                    floor_ms,
                     group: &self.group,
                     keys: &keys,
                     id: runtime.instance_id(),

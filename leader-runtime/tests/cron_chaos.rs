@@ -27,9 +27,15 @@ const TTL: Duration = Duration::from_millis(1500);
 
 /// (job, tick ms, instance)
 type Ran = Arc<Mutex<Vec<(String, i64, String)>>>;
+/// (job, tick ms, instance, wall ms at start, token, catch-up)
+type Log = Arc<Mutex<Vec<(String, i64, String, i64, u64, bool)>>>;
+
+fn log() -> &'static Log {
+    static LOG: std::sync::OnceLock<Log> = std::sync::OnceLock::new();
+    LOG.get_or_init(Log::default)
+}
 
 struct Node {
-    id: String,
     rt: Runtime,
     sched: JobScheduler,
     proxy: FaultProxy,
@@ -71,6 +77,14 @@ async fn node(server: &RedisServer, id: String, ran: &Ran) -> Node {
                 let (ran, host) = (ran.clone(), host.clone());
                 async move {
                     let (job, ms) = tick.id().rsplit_once(':').unwrap();
+                    log().lock().unwrap().push((
+                        job.to_owned(),
+                        ms.parse().unwrap(),
+                        host.clone(),
+                        wall_ms(),
+                        tick.lease().token(),
+                        tick.catch_up(),
+                    ));
                     ran.lock()
                         .unwrap()
                         .push((job.to_owned(), ms.parse().unwrap(), host));
@@ -81,12 +95,7 @@ async fn node(server: &RedisServer, id: String, ran: &Ran) -> Node {
     }
     sched.start().await.unwrap();
     rt.run_if_leader(G, || async {}).await;
-    Node {
-        id,
-        rt,
-        sched,
-        proxy,
-    }
+    Node { rt, sched, proxy }
 }
 
 /// xorshift64*
@@ -238,9 +247,16 @@ async fn cron_chaos_no_tick_twice_none_missed_but_where_the_policy_says() {
         unexplained.len()
     );
     eprintln!("{summary}");
+    let dup_detail: Vec<_> = log()
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|e| e.0 == "job0" && count.get(&(e.0.clone(), e.1)).is_some_and(|h| h.len() > 1))
+        .cloned()
+        .collect();
     server.check(
         duplicates.is_empty(),
-        format!("{summary}\nduplicates: {duplicates:?}"),
+        format!("{summary}\nfaults: {faults:?}\njob0 duplicates: {dup_detail:?}"),
     );
     server.check(
         unexplained.is_empty(),

@@ -20,7 +20,10 @@
 -- ARGV[4]  'skip' (no tick starts while a run is busy) or 'allow'
 -- ARGV[5]  how long a claimed run stays busy unless kept alive, ms
 -- ARGV[6]  history length kept
--- ARGV[7..] pairs: tick (unix ms), 'run' or 'miss'; oldest first
+-- ARGV[7]  floor (unix ms, the claimer's clock): no decision before it can
+--          have been made since the lease record was (re)created, as far as
+--          the claimer knows (see cron.rs)
+-- ARGV[8..] pairs: tick (unix ms), 'run' or 'miss'; oldest first
 -- returns  {'lost'}  the lease is not ours (holder or token differ): nothing written
 --          else one word per tick:
 --            'claimed'  ours to run now
@@ -30,6 +33,10 @@
 --                       (data restored or lost): recorded as missed
 --            'missed'   recorded as missed, as asked
 --            'busy'     a run is in flight: recorded as skipped (overlap)
+-- The lease record carries a field named after the job key once the job
+-- claimed under it: a record without it was created (first election, or
+-- after the data was lost) since the job's last claim, so its decisions
+-- before ARGV[7] may be lost with it.
 -- A job key written by another server process (restart from disk, failover,
 -- restore) may have lost decisions made after it was saved: ticks before
 -- the first claim seen by this process are refused, except to the leader
@@ -49,7 +56,12 @@ local token, clock = ARGV[2], ARGV[3]
 local f = redis.call('HMGET', KEYS[3], 'last', 'claim', 'since', 'since_token', 'run', 'busy', 'busy_until')
 local last, claim = tonumber(f[1]), f[2]
 local since, since_token = tonumber(f[3]) or 0, f[4]
-if f[5] ~= run then
+local marked = redis.call('HGET', KEYS[2], KEYS[3])
+if not marked then
+  since, since_token = tonumber(ARGV[7]) or 0, ''
+  redis.call('HSET', KEYS[2], KEYS[3], '1')
+  redis.call('HSET', KEYS[3], 'since', string.format('%d', since), 'since_token', since_token, 'run', run)
+elseif f[5] ~= run then
   if f[5] then
     -- Restored or promoted: decisions made after it was saved may be lost.
     -- Only the leader of the saved claim, if it still leads, may look back.
@@ -70,7 +82,7 @@ local function record(tick, outcome)
 end
 
 local out = {}
-for i = 7, #ARGV - 1, 2 do
+for i = 8, #ARGV - 1, 2 do
   local tick, mode = ARGV[i], ARGV[i + 1]
   local t = tonumber(tick)
   local r

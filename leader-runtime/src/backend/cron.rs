@@ -52,6 +52,9 @@ pub(crate) struct ClaimRequest<'a> {
     pub(crate) skip_overlap: bool,
     pub(crate) busy_ttl: Duration,
     pub(crate) history_len: usize,
+    /// No decision before this (unix ms, the claimer's clock) can have been
+    /// made since the lease record was (re)created; see `claim.lua`.
+    pub(crate) floor_ms: i64,
     pub(crate) ticks: &'a [(i64, Mode)],
 }
 

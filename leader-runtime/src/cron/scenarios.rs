@@ -144,7 +144,10 @@ pub(super) async fn dst(rt: &Runtime) {
     let utc = |y, mo, d, h, mi| Utc.with_ymd_and_hms(y, mo, d, h, mi, 0).unwrap();
     let job = |name: &str, schedule: &str, ran: &Ran, created: DateTime<Utc>| {
         recording(
-            JobBuilder::new(schedule, G).name(name).time_zone(berlin),
+            JobBuilder::new(schedule, G)
+                .name(name)
+                .time_zone(berlin)
+                .tolerance(Duration::from_secs(1)),
             rt,
             ran,
             created,
@@ -196,7 +199,8 @@ pub(super) async fn dst(rt: &Runtime) {
     let in_paris = recording(
         JobBuilder::new("0 30 2 * * *", G)
             .name("paris")
-            .time_zone(paris),
+            .time_zone(paris)
+            .tolerance(Duration::from_secs(1)),
         rt,
         &ran,
         utc(2025, 10, 26, 0, 0),
@@ -239,6 +243,7 @@ pub(super) async fn overlap_across_handover<L, E>(
         let mut job = JobBuilder::new("* * * * * *", G)
             .name(name)
             .overlap(overlap)
+            .tolerance(Duration::from_secs(1))
             .runtime(a)
             .prepare(move |tick| {
                 ran.lock()

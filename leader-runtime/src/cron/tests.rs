@@ -271,7 +271,11 @@ async fn a_failed_claim_is_retried_at_the_next_firing() {
     assert!(a.run_if_leader(G, || async {}).await.is_some());
     let ran = Ran::default();
     let base = base();
-    let job = skewed(&a, 0, &ran, at(base, 0));
+    let job = skewed(&a, 0, &ran, at(base - 1, 0));
+    // The job's first claim under this lease record refuses ticks before
+    // its firing (see claim.lua): a first firing the tick before.
+    job.fire_at(at(base - 1, 100)).await;
+    assert!(ran.lock().unwrap().is_empty());
     mem.set_available(false);
     job.fire_at(at(base + 1, 100)).await;
     assert!(ran.lock().unwrap().is_empty());
@@ -304,6 +308,7 @@ async fn a_claim_whose_reply_was_lost_is_ours_on_retry() {
         skip_overlap: true,
         busy_ttl: Duration::from_secs(3),
         history_len: 20,
+        floor_ms: 0,
         ticks: &ticks,
     };
     let answer = a.cron_ctx().backend.cron_claim(&req).await.unwrap();
@@ -329,7 +334,8 @@ async fn no_tick_runs_once_the_lease_is_someone_elses() {
     assert!(a.run_if_leader(G, || async {}).await.is_some());
     let ran = Ran::default();
     let t = base();
-    let job = skewed(&a, 0, &ran, at(t, 0));
+    let job = skewed(&a, 0, &ran, at(t - 1, 0));
+    job.fire_at(at(t - 1, 100)).await;
     job.fire_at(at(t, 100)).await;
     mem.overwrite("leader", G, "intruder", Duration::from_secs(60));
     assert!(a.is_leader(G), "the local view has not noticed yet");
@@ -407,7 +413,8 @@ async fn no_tick_runs_twice_after_a_restore_from_a_snapshot() {
                 window: Duration::from_secs(60),
             })
     };
-    let job_a = recording(wide(), &a, &ran, at(t, 0));
+    let job_a = recording(wide(), &a, &ran, at(t - 1, 0));
+    job_a.fire_at(at(t - 1, 100)).await;
     job_a.fire_at(at(t, 100)).await;
     let snapshot = mem.snapshot();
     for s in 1..4 {
@@ -447,7 +454,8 @@ async fn no_tick_runs_twice_after_a_restore_and_a_handover() {
                 window: Duration::from_secs(60),
             })
     };
-    let job_a = recording(wide(), &a, &ran, at(t, 0));
+    let job_a = recording(wide(), &a, &ran, at(t - 1, 0));
+    job_a.fire_at(at(t - 1, 100)).await;
     job_a.fire_at(at(t, 100)).await;
     let snapshot = mem.snapshot();
     for s in 1..4 {
@@ -521,6 +529,7 @@ async fn outcomes_errors_and_panics_are_recorded() {
     let t = base();
     let mut job = JobBuilder::new(EVERY_SECOND, G)
         .name("flaky")
+        .tolerance(Duration::from_secs(1))
         .runtime(&rt)
         .prepare(|tick| async move {
             match tick

@@ -12,6 +12,9 @@ use crate::Result;
 /// What a snapshot keeps of the cron jobs.
 #[derive(Debug, Default, Clone)]
 pub(super) struct CronData {
+    /// Job keys that claimed under the current records (the record field
+    /// of `claim.lua`; lost with the records).
+    marked: std::collections::HashSet<String>,
     jobs: HashMap<String, Job>,
     histories: HashMap<String, VecDeque<String>>,
 }
@@ -54,7 +57,12 @@ impl MemoryBackend {
         let data = &mut state.data.cron;
         let job = data.jobs.entry(req.keys.job.clone()).or_default();
         let history = data.histories.entry(req.keys.history.clone()).or_default();
-        if job.run != Some(run) {
+        if !data.marked.contains(&req.keys.job) {
+            data.marked.insert(req.keys.job.clone());
+            job.since = req.floor_ms;
+            job.since_token = None;
+            job.run = Some(run);
+        } else if job.run != Some(run) {
             if job.run.is_some() {
                 // Restored: only the leader of the saved claim may look back.
                 job.since = req.clock_ms;

@@ -44,7 +44,8 @@ impl RedisBackend {
             .arg(req.clock_ms)
             .arg(if req.skip_overlap { "skip" } else { "allow" })
             .arg(millis(req.busy_ttl))
-            .arg(req.history_len.max(1));
+            .arg(req.history_len.max(1))
+            .arg(req.floor_ms);
         for &(tick, mode) in req.ticks {
             inv.arg(tick).arg(match mode {
                 Mode::Run => "run",
