@@ -909,7 +909,7 @@ impl Shared {
                 continue;
             }
             match answer.last() {
-                Some(Claimed::Claimed | Claimed::Ours) => {
+                Some(Claimed::New | Claimed::Ours) => {
                     self.run_one(runtime, &keys, &lease, run, now).await;
                 }
                 Some(Claimed::Busy) => {

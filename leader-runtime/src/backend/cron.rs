@@ -61,7 +61,7 @@ pub(crate) struct ClaimRequest<'a> {
 /// The answer for one tick; see `claim.lua`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Claimed {
-    Claimed,
+    New,
     Ours,
     Taken,
     Refused,
@@ -72,7 +72,7 @@ pub(crate) enum Claimed {
 impl Claimed {
     pub(crate) fn from_script(word: &[u8]) -> Option<Self> {
         Some(match word {
-            b"claimed" => Claimed::Claimed,
+            b"claimed" => Claimed::New,
             b"ours" => Claimed::Ours,
             b"taken" => Claimed::Taken,
             b"refused" => Claimed::Refused,

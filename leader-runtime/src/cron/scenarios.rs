@@ -74,7 +74,9 @@ pub(super) async fn missed_policies(rt: &Runtime) {
     let window = Missed::All {
         window: Duration::from_millis(3500),
     };
-    let cases: [(&str, Missed, usize, &[(i64, bool)]); 4] = [
+    // (name, policy, cap, ticks that run: seconds after t, catch-up)
+    type Case<'a> = (&'a str, Missed, usize, &'a [(i64, bool)]);
+    let cases: [Case<'_>; 4] = [
         ("skip", Missed::Skip, 1, &[(0, false), (6, false)]),
         (
             "latest",

@@ -312,7 +312,7 @@ async fn a_claim_whose_reply_was_lost_is_ours_on_retry() {
         ticks: &ticks,
     };
     let answer = a.cron_ctx().backend.cron_claim(&req).await.unwrap();
-    assert_eq!(answer, Some(vec![crate::backend::cron::Claimed::Claimed]));
+    assert_eq!(answer, Some(vec![crate::backend::cron::Claimed::New]));
     job.fire_at(at(t, 300)).await;
     job.fire_at(at(t, 800)).await;
     assert_eq!(ids(&ran), [format!("tick:{}", t * 1000)]);

@@ -105,7 +105,7 @@ impl MemoryBackend {
                     if req.skip_overlap {
                         job.busy = Some((busy_mark(tick, req.token), now + req.busy_ttl));
                     }
-                    Claimed::Claimed
+                    Claimed::New
                 }
             };
             out.push(r);
