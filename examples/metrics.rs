@@ -13,13 +13,8 @@
 //! `/health` from `examples/health.rs`), or enable the exporter's
 //! `http-listener` feature and call `PrometheusBuilder::install()`.
 //!
-//! | metric | kind | labels |
-//! | --- | --- | --- |
-//! | `leader_elected_total` | counter | `group` |
-//! | `leader_lost_total` | counter | `group`, `reason` (`expired`, `superseded`, `stepped_down`, `shutdown`) |
-//! | `leader_is_leader` | gauge | `group` |
-//! | `leader_renew_seconds` | histogram | `group` |
-//! | `leader_acquire_attempts_total` | counter | `group` |
+//! The metrics and when each moves are listed in `leader-runtime`'s crate
+//! docs ("Operating it: health, draining, metrics").
 //!
 //! (Three instances in one process share one `leader_is_leader` series here;
 //! in a fleet each process exports its own.)

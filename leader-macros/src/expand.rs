@@ -1,105 +1,232 @@
 //! Code generation: the gated function.
 //!
 //! The signature stays as written except the return type `T`, which becomes
-//! `::core::option::Option<T>`; the body moves into a closure (sync) or an
-//! `async move` block (async) handed to `__private::gate_sync` / `gate_async`,
-//! next to one `static` call site. Everything else lives in the runtime.
+//! `Option<T>` (unless `default` keeps it); the body moves into a closure
+//! (sync), an `async move` block (async) or a closure whose future is gated
+//! (a sync fn returning a future), handed to `__private::gate_sync`,
+//! `gate_async` or `gate_future` with the call site, a `static` in a block
+//! of its own. Everything else lives in the runtime.
+//!
+//! Every path goes through the runtime's `__private`, never `::core` or
+//! `::std`, which in edition 2015 are paths in the user's crate:
+//!
+//! ```edition2015
+//! extern crate leader_runtime;
+//! use leader_runtime::leader_only;
+//!
+//! #[leader_only(group = "old")]
+//! fn tick() -> u32 { 1 }
+//!
+//! #[leader_only(group = "old", default = 0)]
+//! fn tock() -> u32 { 1 }
+//!
+//! fn main() {
+//!     let _: Option<u32> = tick();
+//!     let _: u32 = tock();
+//! }
+//! ```
 
-use proc_macro2::TokenStream;
+use proc_macro2::{Delimiter, Group, Span, TokenStream, TokenTree};
 use quote::{quote, quote_spanned, ToTokens};
 use syn::spanned::Spanned;
 use syn::visit_mut::{self, VisitMut};
-use syn::{ReturnType, Token, Type};
+use syn::{Attribute, ReturnType, Token, Type};
 
-use crate::parse::{self, Args, Input};
+use crate::parse::{self, Args, Fallback, Input, Kind, Parsed};
 
-/// Expand `#[leader_only(args)]` on `item`. On error: the item unchanged, plus the errors.
+/// Expand `#[leader_only(args)]` on `item`. On a mistake in the arguments
+/// only: the gated function (with a placeholder for what was wrong) plus the
+/// errors; on a function that can't be gated: the item unchanged plus the
+/// errors.
 pub(crate) fn leader_only(args: TokenStream, item: TokenStream) -> TokenStream {
-    match parse::parse(args, item.clone()) {
-        Ok(input) => expand(input),
-        Err(error) => {
-            let error = error.into_compile_error();
-            quote!(#item #error)
+    let Parsed { input, errors } = parse::parse(args, item.clone());
+    let errors = errors.map(syn::Error::into_compile_error);
+    match input {
+        Some(input) => {
+            let gated = expand(input);
+            quote!(#gated #errors)
         }
+        None => quote!(#item #errors),
     }
 }
 
-fn expand(Input { args, mut func }: Input) -> TokenStream {
+fn expand(Input { args, func, kind }: Input) -> TokenStream {
     let Args {
         group,
         cancel_on_loss,
         krate,
+        default,
     } = args;
-    let (ret, ret_span): (Type, _) = match &func.sig.output {
-        ReturnType::Default => (syn::parse_quote!(()), func.sig.ident.span()),
+    let private = quote!(#krate::__private);
+    let syn::ItemFn {
+        mut attrs,
+        vis,
+        mut sig,
+        block,
+    } = func;
+    let (ret, ret_span): (Type, _) = match &sig.output {
+        ReturnType::Default => (
+            syn::parse_quote_spanned!(sig.paren_token.span.close()=> ()),
+            sig.paren_token.span.close(),
+        ),
         ReturnType::Type(_, ty) => ((**ty).clone(), ty.span()),
     };
     let is_unit = matches!(&ret, Type::Tuple(tuple) if tuple.elems.is_empty());
-    let (erased, names_impl_trait) = erase_impl_trait(&ret);
-    let body = &func.block;
-    // The async block takes the statements, not the block: `async move { { x } }`
-    // would trip `unused_braces` on the user's braces.
-    let stmts = &body.stmts;
-
-    let gated = if func.sig.asyncness.is_some() {
-        // An async block's output type is inferred from its body, which would
-        // leave coercions in the body (`Box::new(x)` to `Box<dyn Error>`)
-        // without a target. A first, never-taken `return` of a `T` fixes the
-        // output type before the body is checked (tracing's `#[instrument]`).
-        let fake_return = (!is_unit && !matches!(erased, Type::Infer(_))).then(|| {
-            quote_spanned! {ret_span=>
-                #[allow(
-                    unknown_lints,
-                    unreachable_code,
-                    clippy::diverging_sub_expression,
-                    clippy::empty_loop,
-                    clippy::let_with_type_underscore,
-                    clippy::needless_return
-                )]
-                if false {
-                    let __leader_fake_return: #erased = loop {};
-                    return __leader_fake_return;
-                }
-            }
-        });
-        quote! {
-            #krate::__private::gate_async(&__LEADER_SITE, #cancel_on_loss, async move {
-                #fake_return
-                #(#stmts)*
-            })
-            .await
+    let erased = erase_impl_trait(&ret);
+    let infer = matches!(erased, Type::Infer(_));
+    // The call site: a `static` in a block of its own, out of the body's
+    // namespace (a local or item of the same name in the user's code is theirs).
+    let site = quote! {
+        {
+            static __LEADER_SITE: #private::CallSite = #private::CallSite::new(#group);
+            &__LEADER_SITE
         }
-    } else if is_unit || names_impl_trait {
-        quote!(#krate::__private::gate_sync(&__LEADER_SITE, move || #body))
-    } else {
-        quote!(#krate::__private::gate_sync(&__LEADER_SITE, move || -> #ret #body))
+    };
+    // The body's braces keep their spans (the attribute's would garble
+    // rustc's suggestions about the body).
+    let braces = block.brace_token.span;
+    let body = block.to_token_stream();
+
+    let gated = match kind {
+        Kind::Async => {
+            // An async block's output type is inferred from its body, which would
+            // leave coercions in the body (`Box::new(x)` to `Box<dyn Error>`)
+            // without a target. A first, never-taken `return` of a `T` fixes the
+            // output type before the body is checked (tracing's `#[instrument]`).
+            let fake_return = (!infer).then(|| {
+                quote_spanned! {ret_span=>
+                    #[allow(
+                        unknown_lints,
+                        unreachable_code,
+                        clippy::diverging_sub_expression,
+                        clippy::empty_loop,
+                        clippy::let_unit_value,
+                        clippy::let_with_type_underscore,
+                        clippy::needless_return
+                    )]
+                    if false {
+                        let __leader_fake_return: #erased = loop {};
+                        return __leader_fake_return;
+                    }
+                }
+            });
+            // The async block takes the statements, not the block: `async move { { x } }`
+            // would trip `unused_braces` on the user's braces.
+            let stmts = &block.stmts;
+            let mut inner = Group::new(Delimiter::Brace, quote!(#fake_return #(#stmts)*));
+            inner.set_span(braces.join());
+            quote! {
+                #private::gate_async(#site, #cancel_on_loss, async move #inner).await
+            }
+        }
+        Kind::Sync => {
+            let annotation = (!infer).then(|| quote!(-> #erased));
+            quote!(#private::gate_sync(#site, move || #annotation #body))
+        }
+        Kind::Future { .. } => {
+            let annotation = (!infer).then(|| quote!(-> #erased));
+            quote!(#private::gate_future(#site, #cancel_on_loss, move || #annotation #body))
+        }
     };
 
-    func.sig.output = syn::parse_quote_spanned!(ret_span=> -> ::core::option::Option<#ret>);
-    func.block = syn::parse_quote!({
-        static __LEADER_SITE: #krate::__private::CallSite = #krate::__private::CallSite::new(#group);
-        #gated
-    });
-    func.into_token_stream()
+    let gated = match (&default, &kind) {
+        (None, Kind::Future { boxed: true }) => quote!(#private::Box::pin(#gated)),
+        (None, _) => gated,
+        (Some(fallback), _) => {
+            let fallback = match fallback {
+                Fallback::Default(key) => {
+                    // `T: Default` not satisfied: at the argument.
+                    let at = Span::call_site().located_at(key.span());
+                    let private = located_at(private.clone(), at);
+                    quote_spanned!(at=> #private::Default::default())
+                }
+                Fallback::Expr(expr) => expr.to_token_stream(),
+            };
+            let (gated, wrap) = match kind {
+                Kind::Future { boxed } => (quote!(#gated.await), Some(boxed)),
+                _ => (gated, None),
+            };
+            let chosen = quote! {
+                match #gated {
+                    #private::Option::Some(__leader_value) => __leader_value,
+                    #private::Option::None => #fallback,
+                }
+            };
+            match wrap {
+                None => chosen,
+                Some(false) => quote!(async move { #chosen }),
+                Some(true) => quote!(#private::Box::pin(async move { #chosen })),
+            }
+        }
+    };
+
+    if default.is_none() {
+        // Not leading is `None`, and an unused `Option` is no warning: a
+        // value the body returns (an error, say) would be dropped unseen.
+        if !is_unit && !matches!(kind, Kind::Future { .. }) && !has_must_use(&attrs) {
+            attrs.push(syn::parse_quote!(
+                #[must_use = "`Some` holds what the body returned, `None` that this instance does not lead the group"]
+            ));
+        }
+        // The type's own tokens keep their place; `Option<..>` around them
+        // belongs to the expansion (no `clippy::option_option` on the user's
+        // `-> Option<T>`).
+        let at = Span::call_site().located_at(ret_span);
+        let private = located_at(private.clone(), at);
+        let option = |ty: &Type| -> Type { syn::parse_quote_spanned!(at=> #private::Option<#ty>) };
+        let mut output = ret.clone();
+        match parse::future_output_mut(&mut output) {
+            // `impl Future<Output = Option<T>>`, `Pin<Box<dyn Future<Output = Option<T>>>>`
+            Some((_, t)) if matches!(kind, Kind::Future { .. }) => *t = option(t),
+            _ => output = option(&ret),
+        }
+        sig.output = syn::parse_quote_spanned!(at=> -> #output);
+    }
+
+    let mut block = Group::new(Delimiter::Brace, gated);
+    block.set_span(braces.join());
+    quote!(#(#attrs)* #vis #sig #block)
 }
 
-/// `ty` with each `impl Trait` replaced by `_`, and whether there was any.
-fn erase_impl_trait(ty: &Type) -> (Type, bool) {
-    struct Erase(bool);
+/// `tokens`, every one at `at`.
+fn located_at(tokens: TokenStream, at: Span) -> TokenStream {
+    tokens
+        .into_iter()
+        .map(|mut token| {
+            if let TokenTree::Group(group) = &token {
+                let mut inner = Group::new(group.delimiter(), located_at(group.stream(), at));
+                inner.set_span(at);
+                token = TokenTree::Group(inner);
+            } else {
+                token.set_span(at);
+            }
+            token
+        })
+        .collect()
+}
+
+/// Whether the user wrote a `#[must_use]` of their own.
+fn has_must_use(attrs: &[Attribute]) -> bool {
+    attrs.iter().any(|attr| attr.path().is_ident("must_use"))
+}
+
+/// `ty` with each `impl Trait` replaced by `_`: a closure's return type
+/// annotation, which can't name `impl Trait` but still gives coercions their
+/// target.
+fn erase_impl_trait(ty: &Type) -> Type {
+    struct Erase;
     impl VisitMut for Erase {
         fn visit_type_mut(&mut self, ty: &mut Type) {
             if let Type::ImplTrait(impl_trait) = ty {
                 *ty = Type::Infer(syn::TypeInfer {
                     underscore_token: Token![_](impl_trait.impl_token.span),
                 });
-                self.0 = true;
             } else {
                 visit_mut::visit_type_mut(self, ty);
             }
         }
     }
     let mut erased = ty.clone();
-    let mut erase = Erase(false);
-    erase.visit_type_mut(&mut erased);
-    (erased, erase.0)
+    Erase.visit_type_mut(&mut erased);
+    erased
 }

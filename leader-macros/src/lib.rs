@@ -4,7 +4,6 @@
 //! as `leader_runtime::leader_only`, and the code the attribute generates
 //! calls into `leader_runtime::__private`, a private contract between the two
 //! crates of one version.
-#![forbid(unsafe_code)]
 #![cfg_attr(
     not(test),
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
@@ -20,13 +19,24 @@ mod parse;
 /// Every instance calls the function as usual. The body runs only where this
 /// instance holds the group's lease: the call returns `Some(value)` there and
 /// `None` everywhere else. So the return type `T` becomes `Option<T>`, and a
-/// function without one returns `Option<()>`.
+/// function without one returns `Option<()>`. With `default`, the signature
+/// stays as written and a call that did not run returns a fallback value
+/// instead (for trait impls, see below).
 ///
 /// It works on sync and async functions, on free functions and methods
-/// (`&self`, `&mut self`, `self`), with generics, where clauses and
-/// `impl Trait` arguments and return types. `return` and `?` in the body mean
-/// what they meant: they end the body, and the call returns their value in
-/// `Some`.
+/// (`&self`, `&mut self`, `self`, `self: Box<Self>`, `Arc<Self>`,
+/// `Pin<&mut Self>`), with generics, where clauses and `impl Trait`
+/// arguments and return types. `return` and `?` in the body mean what they
+/// meant: they end the body, and the call returns their value in `Some`.
+///
+/// A sync function that returns a future — `impl Future<Output = T>`, or
+/// `Pin<Box<dyn Future<Output = T> + ..>>` as `#[async_trait]` writes every
+/// method — is gated like an `async fn`: for the future's whole life, from
+/// its first poll to its end, so that `current_lease()` answers inside it,
+/// `step_down` and `shutdown` wait for it and `cancel_on_loss` can stop it.
+/// Its output becomes `Option<T>`. (A future behind a type alias, say
+/// `BoxFuture<'_, T>`, is not recognised: write the type out, or make the
+/// function `async`.)
 ///
 /// # Examples
 ///
@@ -47,17 +57,69 @@ mod parse;
 /// }
 /// ```
 ///
+/// The result is `#[must_use]` (unless the function returns nothing): a
+/// dropped `Option<Result<..>>` would lose the body's error silently.
+///
+/// **Do not `.expect()` it.** Where a caller still expects `T`, rustc
+/// suggests `.expect(..)` on the `Option`: that panics on every follower, on
+/// every tick. Handle `None` (`if let Some(..)`, `let Some(..) = .. else {
+/// return }`, `?` in a function returning `Option`), or use `default`.
+///
+/// ## `default`: keep the signature
+///
+/// `default` (needs `T: Default`) or `default = expr` (any expression of
+/// type `T`, evaluated only where the body did not run) keeps the return
+/// type `T`, so the attribute fits where the signature is fixed: trait
+/// impls (also `#[async_trait]` ones), functions used as `fn` pointers,
+/// below `#[instrument(err)]`. The caller can no longer tell "did not run"
+/// from the fallback, so prefer `Option<T>` where you can.
+///
+/// ```ignore
+/// impl Reaper for Db {
+///     #[leader_only(group = "reaper", default = Ok(0))]
+///     async fn reap(&self) -> Result<u64, Error> {
+///         self.delete_orphans().await
+///     }
+/// }
+///
+/// #[async_trait]
+/// impl Job for Db {
+///     #[leader_only(group = "reaper", default)]
+///     async fn run(&self) -> u64 { /* .. */ }
+/// }
+/// ```
+///
+/// The expression can't use a parameter the body moved (the body owns it).
+///
 /// # Arguments
 ///
 /// | argument | meaning |
 /// | --- | --- |
 /// | *(none)* | the group `"default"` |
-/// | `group = "cleanup"` | the group, i.e. which lease gates the body: ASCII letters, digits, `.`, `_`, `:` and `-`, at most 128 bytes; checked at compile time |
-/// | `cancel_on_loss` | async functions only: when leadership ends while the body runs, stop it (drop its future) and return `None` |
+/// | `group = "cleanup"` | the group, i.e. which lease gates the body: ASCII letters, digits, `.`, `_`, `:` and `-`, at most 128 bytes; checked at compile time; a `macro_rules!` `$group:literal` or `$group:expr` works too |
+/// | `default` | keep the return type `T`; return `T::default()` where the body did not run |
+/// | `default = expr` | keep the return type `T`; return `expr` where the body did not run |
+/// | `cancel_on_loss` | async functions (and sync ones returning a future) only: when leadership ends while the body runs, stop it (drop its future) and return `None` (or the default) |
 /// | `crate = "::my_leader"` | the path of the `leader_runtime` crate, for a crate that renamed the dependency or re-exports it; default `::leader_runtime` |
 ///
 /// Arguments are separated by commas, in any order:
 /// `#[leader_only(group = "reaper", cancel_on_loss)]`.
+///
+/// # With other attributes
+///
+/// - `#[tracing::instrument]` **above** `#[leader_only]` expands first and
+///   instruments the body: a span only where the body runs, and `ret` and
+///   `err` see the body's `T`. **Below** it, it instruments the gated call:
+///   a span on every instance and every call, `ret` records the `Option<T>`,
+///   and `err` needs `default` (it wants a `Result`).
+/// - `#[tokio::main]` and `#[tokio::test]` do not go on a gated function:
+///   gate a function that `main` or the test calls.
+/// - `#[async_trait]` on an impl expands first; with `default`, its methods
+///   are gated for their whole run (see above).
+/// - `#[track_caller]` is refused on a sync function: the body runs in a
+///   closure, which it does not reach.
+/// - `clippy::option_option` does not fire on a gated `-> Option<T>`: the
+///   outer `Option` is the expansion's.
 ///
 /// # Expansion
 ///
@@ -73,12 +135,17 @@ mod parse;
 /// is the same as the hand-written
 ///
 /// ```ignore
-/// pub async fn purge(&self, before: Time) -> ::core::option::Option<Result<u64, Error>> {
-///     static __LEADER_SITE: ::leader_runtime::__private::CallSite =
-///         ::leader_runtime::__private::CallSite::new("cleanup");
-///     ::leader_runtime::__private::gate_async(&__LEADER_SITE, true, async move {
-///         /* body */
-///     })
+/// #[must_use = "`Some` holds what the body returned, `None` that this instance does not lead the group"]
+/// pub async fn purge(&self, before: Time) -> ::leader_runtime::__private::Option<Result<u64, Error>> {
+///     ::leader_runtime::__private::gate_async(
+///         {
+///             static __LEADER_SITE: ::leader_runtime::__private::CallSite =
+///                 ::leader_runtime::__private::CallSite::new("cleanup");
+///             &__LEADER_SITE
+///         },
+///         true,
+///         async move { /* body */ },
+///     )
 ///     .await
 /// }
 /// ```
@@ -91,7 +158,7 @@ mod parse;
 /// A sync function
 ///
 /// ```ignore
-/// #[leader_only]
+/// #[leader_only(default)]
 /// fn rotate_keys(store: &Store) -> usize {
 ///     /* body */
 /// }
@@ -100,20 +167,26 @@ mod parse;
 /// is the same as
 ///
 /// ```ignore
-/// fn rotate_keys(store: &Store) -> ::core::option::Option<usize> {
-///     static __LEADER_SITE: ::leader_runtime::__private::CallSite =
-///         ::leader_runtime::__private::CallSite::new("default");
-///     ::leader_runtime::__private::gate_sync(&__LEADER_SITE, move || -> usize {
-///         /* body */
-///     })
+/// fn rotate_keys(store: &Store) -> usize {
+///     match ::leader_runtime::__private::gate_sync(
+///         { /* the call site, as above, with "default" */ },
+///         move || -> usize { /* body */ },
+///     ) {
+///         ::leader_runtime::__private::Option::Some(__leader_value) => __leader_value,
+///         ::leader_runtime::__private::Option::None => ::leader_runtime::__private::Default::default(),
+///     }
 /// }
 /// ```
 ///
-/// (without the closure's `-> usize` when the return type names `impl Trait`).
-/// Everything else — attributes, doc comments, visibility, generics, the
-/// where clause, the receiver — stays as written. The `static` is the call
-/// site: it caches the group's handle, so that after the first call the check
-/// is local.
+/// (with `impl Trait` in the closure's return type written `_`). A sync
+/// function returning a future hands the closure to `gate_future` instead,
+/// which gates the future the closure returns. Everything else — attributes,
+/// doc comments, visibility, generics, the where clause, the receiver, the
+/// body's braces — stays as written. The `static` is the call site: it
+/// caches the group's handle, so that after the first call the check is
+/// local; its block keeps it out of the body's namespace. Every path goes
+/// through `leader_runtime::__private`, so the expansion also works in
+/// edition 2015.
 ///
 /// # Errors
 ///
@@ -121,9 +194,12 @@ mod parse;
 /// attribute on something other than a function, or on a `const fn`, an
 /// `extern "C" fn` or a function without a body; an unknown or repeated
 /// argument; a `group` that is not a string literal or not a valid group
-/// name; `cancel_on_loss` on a sync function; a `crate` that is not a path in
-/// a string. The function is still emitted unchanged next to the error, so its
-/// callers report nothing more.
+/// name; `cancel_on_loss` on a sync function that does not return a future;
+/// a `crate` that is not a path in a string; `#[track_caller]` on a sync
+/// function. When only the arguments are wrong, the function is still gated
+/// (with a placeholder for what was wrong); when the function itself can't
+/// be gated, it is emitted unchanged. Either way its callers report nothing
+/// more.
 ///
 /// # Cancel safety
 ///

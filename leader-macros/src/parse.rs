@@ -7,8 +7,10 @@ use proc_macro2::{Span, TokenStream, TokenTree};
 use quote::ToTokens;
 use syn::meta::ParseNestedMeta;
 use syn::parse::Parser;
+use syn::punctuated::Punctuated;
 use syn::{
-    token, Expr, ExprLit, Item, ItemFn, Lit, LitStr, Path, ReturnType, Token, TraitItemFn, Type,
+    token, Expr, ExprLit, GenericArgument, Item, ItemFn, Lit, LitStr, Path, PathArguments,
+    ReturnType, Token, TraitItemFn, Type, TypeParamBound,
 };
 
 /// The group of `#[leader_only]` without a `group` argument.
@@ -18,12 +20,29 @@ const DEFAULT_GROUP: &str = "default";
 const GROUP_MAX_LEN: usize = 128;
 
 /// The valid arguments, as listed in error messages.
-const VALID_ARGS: &str = "`group = \"...\"`, `cancel_on_loss` or `crate = \"...\"`";
+const VALID_ARGS: &str =
+    "`group = \"...\"`, `default`, `default = ...`, `cancel_on_loss` or `crate = \"...\"`";
 
-/// A valid `#[leader_only(...)]` on a function it can gate.
+/// A `#[leader_only(...)]` on a function it can gate.
 pub(crate) struct Input {
     pub(crate) args: Args,
     pub(crate) func: ItemFn,
+    pub(crate) kind: Kind,
+}
+
+/// What the attribute gates.
+pub(crate) enum Kind {
+    /// An `async fn`.
+    Async,
+    /// A sync fn that returns a future (`impl Future<Output = T>`, or
+    /// `Pin<Box<dyn Future<Output = T> + ..>>` as `#[async_trait]` writes it):
+    /// the future is gated, for its whole life.
+    Future {
+        /// `Pin<Box<dyn Future>>`, not `impl Future`.
+        boxed: bool,
+    },
+    /// Any other sync fn.
+    Sync,
 }
 
 /// The attribute's arguments.
@@ -34,38 +53,154 @@ pub(crate) struct Args {
     pub(crate) cancel_on_loss: bool,
     /// The path of the runtime crate; `::leader_runtime` when not given.
     pub(crate) krate: Path,
+    /// What a call returns where the body does not run, if the signature is kept.
+    pub(crate) default: Option<Fallback>,
+}
+
+/// The value of a gated call that did not run, with `default`.
+pub(crate) enum Fallback {
+    /// `default`: `T::default()`; the key, for its span.
+    Default(Path),
+    /// `default = expr`.
+    Expr(Expr),
+}
+
+/// What [`parse`] found: the function to gate, if it can be gated, and every
+/// mistake. With mistakes in the arguments only, the function is still
+/// gated (a placeholder stands for an invalid argument), so that its callers
+/// see the signature they expect and report nothing more.
+pub(crate) struct Parsed {
+    pub(crate) input: Option<Input>,
+    pub(crate) errors: Option<syn::Error>,
 }
 
 /// Parse and validate the attribute's arguments and the item it is on.
-///
-/// On error, every mistake found is in the one returned error.
-pub(crate) fn parse(args: TokenStream, item: TokenStream) -> syn::Result<Input> {
+pub(crate) fn parse(args: TokenStream, item: TokenStream) -> Parsed {
     let mut errors = Errors::default();
     let args = parse_args(args, &mut errors);
-    let func = parse_fn(item, &mut errors);
-    if let (Some(func), Some(key)) = (&func, &args.cancel_on_loss) {
-        if func.sig.asyncness.is_none() {
+    let input = parse_fn(item, &mut errors).and_then(|(func, gatable)| {
+        let kind = if func.sig.asyncness.is_some() {
+            Kind::Async
+        } else {
+            match &func.sig.output {
+                ReturnType::Type(_, ty) => match future_output(ty) {
+                    Some(boxed) => Kind::Future { boxed },
+                    None => Kind::Sync,
+                },
+                ReturnType::Default => Kind::Sync,
+            }
+        };
+        let mut cancel_on_loss = args.cancel_on_loss.is_some();
+        if let (Kind::Sync, Some(key)) = (&kind, &args.cancel_on_loss) {
             errors.push(syn::Error::new_spanned(
                 key,
                 "`cancel_on_loss` needs an `async fn`: a sync body can't be stopped mid-run",
             ));
+            cancel_on_loss = false;
+        }
+        if !matches!(kind, Kind::Async) {
+            if let Some(attr) = func
+                .attrs
+                .iter()
+                .find(|attr| attr.path().is_ident("track_caller"))
+            {
+                errors.push(syn::Error::new_spanned(
+                    attr,
+                    "`#[track_caller]` can't reach through `#[leader_only]` on a sync fn: the body runs in a closure; remove `#[track_caller]`",
+                ));
+            }
+        }
+        gatable.then_some(Input {
+            args: Args {
+                group: args
+                    .group
+                    .unwrap_or_else(|| LitStr::new(DEFAULT_GROUP, Span::call_site())),
+                cancel_on_loss,
+                krate: args
+                    .krate
+                    .unwrap_or_else(|| syn::parse_quote!(::leader_runtime)),
+                default: args.default,
+            },
+            func,
+            kind,
+        })
+    });
+    Parsed {
+        input,
+        errors: errors.0,
+    }
+}
+
+/// `ty` without the invisible groups a `macro_rules!` fragment puts around it,
+/// and without parentheses.
+fn unwrap_type(mut ty: &mut Type) -> &mut Type {
+    loop {
+        match ty {
+            Type::Group(group) => ty = &mut group.elem,
+            Type::Paren(paren) => ty = &mut paren.elem,
+            _ => return ty,
         }
     }
-    errors.finish()?;
-    // `parse_fn` reports an error whenever it returns `None`.
-    let func = func
-        .ok_or_else(|| syn::Error::new(Span::call_site(), "`#[leader_only]` goes on a function"))?;
-    Ok(Input {
-        args: Args {
-            group: args
-                .group
-                .unwrap_or_else(|| LitStr::new(DEFAULT_GROUP, Span::call_site())),
-            cancel_on_loss: args.cancel_on_loss.is_some(),
-            krate: args
-                .krate
-                .unwrap_or_else(|| syn::parse_quote!(::leader_runtime)),
-        },
-        func,
+}
+
+/// Whether `ty` is `Pin<Box<dyn Future<..>>>` (`Some(true)`) or
+/// `impl Future<..>` (`Some(false)`); see [`future_output_mut`].
+fn future_output(ty: &Type) -> Option<bool> {
+    future_output_mut(&mut ty.clone()).map(|(boxed, _)| boxed)
+}
+
+/// If `ty` is `impl Future<Output = T>` (`boxed`: false) or
+/// `Pin<Box<dyn Future<Output = T>>>` (`boxed`: true), plus any other
+/// bounds: `boxed` and the `T`. Paths are recognised by their last segment.
+pub(crate) fn future_output_mut(ty: &mut Type) -> Option<(bool, &mut Type)> {
+    match unwrap_type(ty) {
+        Type::ImplTrait(impl_trait) => future_bound(&mut impl_trait.bounds).map(|t| (false, t)),
+        Type::Path(pin) => {
+            let boxed = single_type_arg(&mut pin.path, "Pin")?;
+            let Type::Path(boxed) = unwrap_type(boxed) else {
+                return None;
+            };
+            let Type::TraitObject(object) = unwrap_type(single_type_arg(&mut boxed.path, "Box")?)
+            else {
+                return None;
+            };
+            future_bound(&mut object.bounds).map(|t| (true, t))
+        }
+        _ => None,
+    }
+}
+
+/// The `T` of `Name<T>` when `path` ends in `Name` with one type argument.
+fn single_type_arg<'a>(path: &'a mut Path, name: &str) -> Option<&'a mut Type> {
+    let last = path.segments.last_mut().filter(|last| last.ident == name)?;
+    let PathArguments::AngleBracketed(args) = &mut last.arguments else {
+        return None;
+    };
+    let mut types = args.args.iter_mut().filter_map(|arg| match arg {
+        GenericArgument::Type(ty) => Some(ty),
+        _ => None,
+    });
+    let ty = types.next()?;
+    types.next().is_none().then_some(ty)
+}
+
+/// The `T` of the bound `Future<Output = T>` among `bounds`.
+fn future_bound(bounds: &mut Punctuated<TypeParamBound, Token![+]>) -> Option<&mut Type> {
+    bounds.iter_mut().find_map(|bound| {
+        let TypeParamBound::Trait(bound) = bound else {
+            return None;
+        };
+        let last = bound.path.segments.last_mut()?;
+        if last.ident != "Future" {
+            return None;
+        }
+        let PathArguments::AngleBracketed(args) = &mut last.arguments else {
+            return None;
+        };
+        args.args.iter_mut().find_map(|arg| match arg {
+            GenericArgument::AssocType(assoc) if assoc.ident == "Output" => Some(&mut assoc.ty),
+            _ => None,
+        })
     })
 }
 
@@ -80,10 +215,6 @@ impl Errors {
             None => self.0 = Some(error),
         }
     }
-
-    fn finish(self) -> syn::Result<()> {
-        self.0.map_or(Ok(()), Err)
-    }
 }
 
 /// Arguments as written; `None` where absent or invalid (the error is reported).
@@ -93,6 +224,7 @@ struct RawArgs {
     /// The `cancel_on_loss` key, kept for its span.
     cancel_on_loss: Option<Path>,
     krate: Option<Path>,
+    default: Option<Fallback>,
 }
 
 fn parse_args(tokens: TokenStream, errors: &mut Errors) -> RawArgs {
@@ -109,9 +241,10 @@ fn parse_args(tokens: TokenStream, errors: &mut Errors) -> RawArgs {
     }
     let mut seen: Vec<&'static str> = Vec::new();
     let parser = syn::meta::parser(|meta| {
-        let key = ["group", "cancel_on_loss", "crate"]
+        let key = ["group", "default", "cancel_on_loss", "crate"]
             .into_iter()
             .find(|key| meta.path.is_ident(key));
+        let parenthesized = meta.input.peek(token::Paren);
         let value = take_value(&meta)?;
         let Some(key) = key else {
             errors.push(syn::Error::new_spanned(
@@ -142,6 +275,17 @@ fn parse_args(tokens: TokenStream, errors: &mut Errors) -> RawArgs {
                     Err(error) => errors.push(error),
                 },
                 Err(error) => errors.push(error),
+            },
+            "default" => match value {
+                Some(expr) => args.default = Some(Fallback::Expr(expr)),
+                None if !parenthesized => {
+                    args.default = Some(Fallback::Default(meta.path.clone()));
+                }
+                // `default(..)`, consumed by `take_value`.
+                None => errors.push(syn::Error::new_spanned(
+                    &meta.path,
+                    "`default` takes an expression or nothing: `default = Ok(0)` or `default`",
+                )),
             },
             "cancel_on_loss" => match value {
                 Some(value) => errors.push(syn::Error::new_spanned(
@@ -187,6 +331,12 @@ fn string_value(
     value: Option<Expr>,
     expected: &str,
 ) -> syn::Result<LitStr> {
+    // A `macro_rules!` fragment (`$group:literal`, `$group:expr`) arrives in
+    // an invisible group.
+    let mut value = value;
+    while let Some(Expr::Group(group)) = value {
+        value = Some(*group.expr);
+    }
     match value {
         Some(Expr::Lit(ExprLit {
             lit: Lit::Str(lit), ..
@@ -237,8 +387,9 @@ fn path_to_string(path: &Path) -> String {
     format!("{leading}{}", segments.join("::"))
 }
 
-/// The function the attribute is on, if it is one; its problems go to `errors`.
-fn parse_fn(tokens: TokenStream, errors: &mut Errors) -> Option<ItemFn> {
+/// The function the attribute is on, if it is one, and whether it can gate
+/// it; its problems go to `errors`.
+fn parse_fn(tokens: TokenStream, errors: &mut Errors) -> Option<(ItemFn, bool)> {
     let item = match syn::parse2::<Item>(tokens.clone()) {
         Ok(Item::Fn(func)) => func,
         Ok(Item::Verbatim(_)) | Err(_) if syn::parse2::<TraitItemFn>(tokens.clone()).is_ok() => {
@@ -268,13 +419,17 @@ fn parse_fn(tokens: TokenStream, errors: &mut Errors) -> Option<ItemFn> {
         }
     };
     let sig = &item.sig;
+    // Mistakes that leave nothing to gate: the function is emitted as written.
+    let mut gatable = true;
     if let Some(constness) = &sig.constness {
+        gatable = false;
         errors.push(syn::Error::new_spanned(
             constness,
             "`#[leader_only]` can't gate a `const fn`: remove `const`",
         ));
     }
     if let Some(abi) = &sig.abi {
+        gatable = false;
         errors.push(syn::Error::new_spanned(
             abi,
             format!(
@@ -285,6 +440,7 @@ fn parse_fn(tokens: TokenStream, errors: &mut Errors) -> Option<ItemFn> {
     }
     if let ReturnType::Type(_, ty) = &sig.output {
         if let Type::Never(never) = &**ty {
+            gatable = false;
             errors.push(syn::Error::new_spanned(
                 never,
                 "`#[leader_only]` can't gate a function returning `!`: a gated call returns `None` where it does not lead",
@@ -297,12 +453,13 @@ fn parse_fn(tokens: TokenStream, errors: &mut Errors) -> Option<ItemFn> {
             .last()
             .is_some_and(|segment| segment.ident == "leader_only")
     }) {
+        gatable = false;
         errors.push(syn::Error::new_spanned(
             again,
             "duplicate `#[leader_only]`: a function has one group; keep one attribute",
         ));
     }
-    Some(item)
+    Some((item, gatable))
 }
 
 /// What the item is (for "not on a struct") and the tokens to point at.
@@ -338,15 +495,18 @@ mod tests {
 
     fn ok(args: TokenStream, item: TokenStream) -> Input {
         match parse(args, item) {
-            Ok(input) => input,
-            Err(error) => panic!("unexpected error: {error}"),
+            Parsed {
+                input: Some(input),
+                errors: None,
+            } => input,
+            Parsed { errors, .. } => panic!("unexpected error: {errors:?}"),
         }
     }
 
     fn errors(args: TokenStream, item: TokenStream) -> Vec<String> {
-        match parse(args, item) {
-            Ok(_) => panic!("expected an error"),
-            Err(error) => error.into_iter().map(|e| e.to_string()).collect(),
+        match parse(args, item).errors {
+            None => panic!("expected an error"),
+            Some(error) => error.into_iter().map(|e| e.to_string()).collect(),
         }
     }
 
@@ -447,7 +607,7 @@ mod tests {
     fn unknown_argument_lists_the_valid_ones() {
         assert_eq!(
             error(quote!(grop = "x"), sync_fn()),
-            "unknown argument `grop`; expected `group = \"...\"`, `cancel_on_loss` or `crate = \"...\"`"
+            "unknown argument `grop`; expected `group = \"...\"`, `default`, `default = ...`, `cancel_on_loss` or `crate = \"...\"`"
         );
         assert!(error(quote!(a::b), sync_fn()).starts_with("unknown argument `a::b`;"));
         assert!(error(quote!(ttl(5)), sync_fn()).starts_with("unknown argument `ttl`;"));
@@ -689,5 +849,155 @@ mod tests {
         assert!(all[2].contains("`const fn`"));
         assert!(all[3].contains("remove `extern \"C\"`"));
         assert!(all[4].starts_with("`cancel_on_loss` needs an `async fn`"));
+    }
+
+    fn kind(item: TokenStream) -> &'static str {
+        match ok(quote!(), item).kind {
+            Kind::Async => "async",
+            Kind::Future { boxed: false } => "impl future",
+            Kind::Future { boxed: true } => "boxed future",
+            Kind::Sync => "sync",
+        }
+    }
+
+    #[test]
+    fn default_with_and_without_a_value() {
+        let input = ok(quote!(group = "reaper", default), sync_fn());
+        assert!(matches!(input.args.default, Some(Fallback::Default(_))));
+        let input = ok(quote!(default = Ok(0), group = "reaper"), sync_fn());
+        let Some(Fallback::Expr(expr)) = input.args.default else {
+            panic!("expected an expression");
+        };
+        assert_eq!(expr.to_token_stream().to_string(), "Ok (0)");
+        assert!(ok(quote!(), sync_fn()).args.default.is_none());
+        assert_eq!(
+            error(quote!(default(0)), sync_fn()),
+            "`default` takes an expression or nothing: `default = Ok(0)` or `default`"
+        );
+        assert_eq!(
+            error(quote!(default, default = 1), sync_fn()),
+            "duplicate argument `default`"
+        );
+    }
+
+    #[test]
+    fn group_in_an_invisible_group_from_macro_rules() {
+        use proc_macro2::{Delimiter, Group};
+        let invisible = |tokens: TokenStream| Group::new(Delimiter::None, tokens);
+        let literal = invisible(quote!("cleanup"));
+        let expr = invisible(quote!(#literal));
+        for value in [literal, expr] {
+            let input = ok(quote!(group = #value), sync_fn());
+            assert_eq!(input.args.group.value(), "cleanup");
+        }
+        let bad = invisible(quote!("a b"));
+        assert!(error(quote!(group = #bad), sync_fn()).starts_with("group name contains ' '"));
+    }
+
+    #[test]
+    fn the_function_is_still_gated_when_only_the_arguments_are_wrong() {
+        let parsed = parse(quote!(group = "a b", grop = 1), sync_fn());
+        assert_eq!(parsed.errors.into_iter().flatten().count(), 2);
+        let input = parsed.input.expect("gated with a placeholder");
+        assert_eq!(input.args.group.value(), "default");
+        let parsed = parse(quote!(cancel_on_loss), sync_fn());
+        assert!(parsed.errors.is_some());
+        assert!(!parsed.input.expect("gated").args.cancel_on_loss);
+        // A function that can't be gated is not.
+        let parsed = parse(
+            quote!(grop = 1),
+            quote!(
+                const fn tick() {}
+            ),
+        );
+        assert_eq!(parsed.errors.into_iter().flatten().count(), 2);
+        assert!(parsed.input.is_none());
+    }
+
+    #[test]
+    fn functions_returning_futures_are_recognised() {
+        assert_eq!(kind(async_fn()), "async");
+        assert_eq!(kind(sync_fn()), "sync");
+        assert_eq!(
+            kind(quote!(
+                fn job() -> impl Future<Output = u32> + Send + 'static {
+                    async { 1 }
+                }
+            )),
+            "impl future"
+        );
+        assert_eq!(
+            kind(quote!(
+                fn job<'a>(
+                    &'a self,
+                ) -> ::core::pin::Pin<
+                    Box<dyn ::core::future::Future<Output = u32> + ::core::marker::Send + 'a>,
+                > {
+                    Box::pin(async move { 1 })
+                }
+            )),
+            "boxed future"
+        );
+        // Not futures: another trait, a future without `Output`, an alias.
+        for item in [
+            quote!(
+                fn job() -> impl Iterator<Item = u32> {
+                    0..1
+                }
+            ),
+            quote!(
+                fn job() -> Pin<Box<dyn Fn()>> {
+                    Box::pin(|| ())
+                }
+            ),
+            quote!(
+                fn job() -> BoxFuture<'static, u32> {
+                    todo!()
+                }
+            ),
+        ] {
+            assert_eq!(kind(item), "sync");
+        }
+        // `cancel_on_loss` can stop a returned future.
+        let input = ok(
+            quote!(cancel_on_loss),
+            quote!(
+                fn job() -> impl Future<Output = ()> {
+                    async {}
+                }
+            ),
+        );
+        assert!(input.args.cancel_on_loss);
+    }
+
+    #[test]
+    fn track_caller_on_a_sync_fn() {
+        let expected = "`#[track_caller]` can't reach through `#[leader_only]` on a sync fn: the body runs in a closure; remove `#[track_caller]`";
+        assert_eq!(
+            error(
+                quote!(),
+                quote!(
+                    #[track_caller]
+                    fn tick() {}
+                )
+            ),
+            expected
+        );
+        let parsed = parse(
+            quote!(),
+            quote!(
+                #[track_caller]
+                fn tick() {}
+            ),
+        );
+        assert!(parsed.input.is_some(), "still gated");
+        // An async body is no closure: rustc's own lint speaks for it.
+        ok(
+            quote!(),
+            quote!(
+                #[track_caller]
+                async fn tick() {}
+            ),
+        );
     }
 }

@@ -30,7 +30,7 @@ pub(crate) struct Ctx {
     pub(crate) release_channel: String,
 }
 
-/// A user callback to run on the dispatcher task.
+/// A user callback, run on the callbacks' own thread (see `runtime.rs`).
 pub(crate) enum Callback {
     Elected(Arc<str>, Lease),
     Lost(Arc<str>, LostReason),

@@ -125,12 +125,11 @@
 //! `Some(value)` when the body ran, `None` when this instance does not lead
 //! the group. `return` and `?` in the body keep their meaning.
 //!
-//! | argument | meaning |
-//! | --- | --- |
-//! | *(none)* | the group `"default"` |
-//! | `group = "cleanup"` | the group whose lease gates the body: ASCII letters, digits, `.`, `_`, `:`, `-`, at most 128 bytes; checked at compile time |
-//! | `cancel_on_loss` | async functions only: if leadership ends while the body runs, drop the body and return `None` |
-//! | `crate = "::my_leader"` | the path of this crate, if you renamed the dependency or re-export it (default `::leader_runtime`) |
+//! Its arguments (`group`, `cancel_on_loss`, `default` to keep the signature
+//! on trait methods, `crate`), what it expands to, how it composes with
+//! `#[tracing::instrument]` and `#[async_trait]`, and every misuse it rejects
+//! at compile time are on the [attribute's page](leader_only): the one table
+//! of them.
 //!
 //! ```
 //! use leader_runtime::leader_only;
@@ -151,12 +150,10 @@
 //! }
 //! ```
 //!
-//! What it expands to, and every misuse it rejects at compile time, is on
-//! the [attribute's page](leader_only).
-//!
 //! The first call that names a group registers it and starts its election.
 //! That first call (when async) waits for the first acquisition round,
-//! bounded by the call timeout, so that the winner's first tick is not lost.
+//! bounded by 1.5 × the call timeout, so that the winner's first tick is not
+//! lost.
 //! Later calls are a local check: no network, no lock, no allocation.
 //!
 //! # Failure semantics
@@ -336,13 +333,18 @@
 //!   [`metrics`](https://docs.rs/metrics) facade — the library never
 //!   installs a recorder:
 //!
-//! | metric | kind | labels |
-//! | --- | --- | --- |
-//! | `leader_elected_total` | counter | `group` |
-//! | `leader_lost_total` | counter | `group`, `reason` ([`LostReason::as_str`]) |
-//! | `leader_is_leader` | gauge | `group` |
-//! | `leader_renew_seconds` | histogram | `group` |
-//! | `leader_acquire_attempts_total` | counter | `group` |
+//! | metric | kind | labels | when |
+//! | --- | --- | --- | --- |
+//! | `leader_elected_total` | counter | `group` | this instance became leader |
+//! | `leader_lost_total` | counter | `group`, `reason` ([`LostReason::as_str`]) | a leadership ended |
+//! | `leader_is_leader` | gauge | `group` | 1 while leading, 0 after a loss |
+//! | `leader_renew_seconds` | histogram | `group` | round trip of every renew call, whatever its outcome |
+//! | `leader_acquire_attempts_total` | counter | `group` | an acquire call was sent |
+//! | `leader_cron_runs_total` | counter | `group`, `job`, `outcome` | a cron tick's body ran here (`ok`, `error`, `panicked`, `cancelled`) |
+//! | `leader_cron_late_total` | counter | `group`, `job` | a cron tick ran later than its tolerance (a catch-up run) |
+//! | `leader_cron_skipped_total` | counter | `group`, `job` | a cron tick was skipped: a run of the job was in flight (`Overlap::Skip`) |
+//! | `leader_cron_missed_total` | counter | `group`, `job` | this leader recorded cron ticks as missed |
+//! | `leader_cron_run_seconds` | histogram | `group`, `job` | how long each cron run took |
 //!
 //! # Testing your own code on the in-memory backend
 //!
@@ -401,8 +403,9 @@
 //! | `metrics` | the metrics above, through the `metrics` facade |
 //! | `cron` | [`cron::JobBuilder`](cron/struct.JobBuilder.html): tokio-cron-scheduler jobs that run each tick at most once, on the leader, with overlap and missed-run policies, time zones and a history |
 //! | `tls` | `rediss://` URLs, through rustls |
-#![forbid(unsafe_code)]
 #![warn(missing_docs)]
+// On docs.rs: "Available on crate feature … only" on feature-gated items.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![cfg_attr(
     not(test),
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
@@ -418,6 +421,7 @@ mod election;
 mod error;
 mod events;
 mod gate;
+mod gate_future;
 mod global;
 mod group;
 mod jitter;
@@ -670,4 +674,5 @@ pub async fn shutdown() {
 /// Not public API: the contract between `#[leader_only]` expansions and the runtime.
 pub mod __private {
     pub use crate::gate::{gate_async, gate_sync, CallSite};
+    pub use crate::gate_future::{gate_future, Box, Default, Option};
 }

@@ -5,13 +5,8 @@
 //! The library never installs a recorder: with none installed (the
 //! application's choice) the facade drops everything.
 //!
-//! | name | kind | labels | when |
-//! | --- | --- | --- | --- |
-//! | `leader_elected_total` | counter | `group` | this instance became leader |
-//! | `leader_lost_total` | counter | `group`, `reason` | a leadership ended (`reason` is [`LostReason::as_str`]) |
-//! | `leader_is_leader` | gauge | `group` | 1 while leading, 0 after a loss |
-//! | `leader_renew_seconds` | histogram | `group` | round trip of every renew call, whatever its outcome |
-//! | `leader_acquire_attempts_total` | counter | `group` | an acquire call was sent |
+//! The metrics and when each moves: the table in the crate docs ("Operating
+//! it"), the one place they are listed.
 
 #[cfg(feature = "metrics")]
 use std::time::Duration;

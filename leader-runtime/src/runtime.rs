@@ -283,7 +283,7 @@ impl Runtime {
 
     /// Run `f` if this instance leads `group`: `Some(output)` when it ran,
     /// `None` when not leader. The first call naming a group waits for its
-    /// first acquisition round (bounded by the call timeout).
+    /// first acquisition round (bounded by 1.5 × the call timeout).
     ///
     /// # Examples
     ///

@@ -36,6 +36,37 @@ fn token_key(group: &str) -> String {
 }
 
 /// One group name per master, `groups[i]` served by node `i`.
+/// Store a record for `group` on `node` as if this server process had
+/// written it: last token `token`, nobody else may still lead (so the next
+/// election skips the one-ttl safe start).
+async fn seed_record(node: &leader_testkit::RedisServer, group: &str, token: &str) {
+    let info = node.cmd(&["INFO", "server"]).await.unwrap();
+    let run = info
+        .as_str()
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("run_id:"))
+        .unwrap()
+        .trim()
+        .to_owned();
+    node.cmd(&[
+        "HSET",
+        &token_key(group),
+        "token",
+        token,
+        "until",
+        "0",
+        "prior",
+        "0",
+        "run",
+        &run,
+    ])
+    .await
+    .unwrap()
+    .ok()
+    .unwrap();
+}
+
 async fn group_per_node(cluster: &RedisCluster) -> Vec<String> {
     let mut groups: Vec<Option<String>> = vec![None; cluster.nodes().len()];
     for n in 0.. {
@@ -89,13 +120,7 @@ async fn elects_on_every_master_with_tokens_and_leader_id_and_hands_over_by_noti
     // Groups on nodes 1 and 2 have been elected before (a token exists), so
     // they skip the one-ttl safe start; the group on node 0 takes it.
     for (i, group) in groups.iter().enumerate().skip(1) {
-        cluster
-            .node(i)
-            .cmd(&["SET", &token_key(group), "1000"])
-            .await
-            .unwrap()
-            .ok()
-            .unwrap();
+        seed_record(cluster.node(i), group, "1000").await;
     }
     let a = instance(&cluster, "a");
     let b = instance(&cluster, "b");
@@ -127,7 +152,10 @@ async fn elects_on_every_master_with_tokens_and_leader_id_and_hands_over_by_noti
         // Both keys live on the master that serves the group's slot.
         let owner = cluster.node(i);
         assert_eq!(owner.cmd(&["GET", &lease_key(group)]).await.unwrap(), "a");
-        let stored = owner.cmd(&["GET", &token_key(group)]).await.unwrap();
+        let stored = owner
+            .cmd(&["HGET", &token_key(group), "token"])
+            .await
+            .unwrap();
         let stored: u64 = stored.as_str().unwrap().parse().unwrap();
         assert_eq!(stored, tokens[i], "{group}");
         let pttl = owner.cmd(&["PTTL", &lease_key(group)]).await.unwrap();
@@ -177,11 +205,7 @@ async fn notices_move_to_another_node_when_the_subscribed_one_dies() {
         .unwrap();
     let groups = group_per_node(&cluster).await;
     let group = &groups[1];
-    cluster
-        .node(1)
-        .cmd(&["SET", &token_key(group), "1"])
-        .await
-        .unwrap();
+    seed_record(cluster.node(1), group, "1").await;
     // A long ttl: without a notice, b would wait for most of it.
     let config = |id: &str| {
         Config::builder()
@@ -222,17 +246,14 @@ async fn an_acl_user_with_the_documented_rules_elects_on_a_cluster() {
     // The rules of `ConfigBuilder::redis_url`, plus `+cluster|slots` as
     // `redis_cluster_urls` documents.
     let rules = "~leader:* &leader:released +evalsha +eval +script|load +get +set \
-                 +pexpire +pttl +del +time +publish +subscribe +ping +cluster|slots";
+                 +pexpire +pttl +del +time +info +type +hmget +hset +publish +subscribe +ping \
+                 +cluster|slots";
     let mut args = vec!["--user", "app", "on", ">app-pw"];
     args.extend(rules.split_whitespace());
     let cluster = RedisCluster::builder().args(args).start().await.unwrap();
     let groups = group_per_node(&cluster).await;
     for (i, group) in groups.iter().enumerate() {
-        cluster
-            .node(i)
-            .cmd(&["SET", &token_key(group), "1"])
-            .await
-            .unwrap();
+        seed_record(cluster.node(i), group, "1").await;
     }
     let urls: Vec<String> = cluster
         .nodes()

@@ -18,7 +18,6 @@
 //!
 //! Nothing here touches a Redis that is already running (e.g. on 6379).
 #![warn(missing_docs)]
-#![forbid(unsafe_code)]
 
 mod cluster;
 mod process;

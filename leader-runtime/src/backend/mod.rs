@@ -1,6 +1,7 @@
 //! Where leases live: Redis, or an in-process map with the same semantics.
 //!
-//! Each backend implements the three lease operations of DESIGN.md
+//! Each backend implements the three lease operations of the crate docs'
+//! lease algorithm
 //! (acquire, renew, release) atomically, reads the holder, and delivers
 //! release notices.
 
@@ -40,7 +41,7 @@ pub(crate) enum Acquire {
 }
 
 /// Why a new leader's view must wait before it begins: an earlier holder
-/// may still believe it leads (DESIGN.md, "Safe start" and "Partial loss").
+/// may still believe it leads (the crate docs' lease algorithm).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum SafeStart {
     /// Nobody else can lead: the view begins at once.

@@ -11,6 +11,8 @@ mod stand_in {
     pub mod __private {
         use std::future::Future;
 
+        pub use std::option::Option;
+
         pub struct CallSite(pub &'static str);
 
         impl CallSite {
