@@ -2,45 +2,55 @@
 //! fleet-wide (feature `cron`).
 //!
 //! Every instance adds the same [`tokio_cron_scheduler`] job to its own
-//! scheduler; [`job`] wraps its body so that on each tick
+//! scheduler; only the instance that leads the job's group runs its ticks,
+//! each claimed in the backend first.
 //!
-//! 1. only the instance that leads the group goes on (the others return at
-//!    once, as a `#[leader_only]` function would);
-//! 2. the leader claims the tick in the backend with `SET key NX PX …`, the
-//!    key naming the tick's *scheduled* time, `{prefix}:{group}:tick:<job
-//!    name>:<unix ms>`, in the group's hash slot;
-//! 3. and runs the body only if that claim was new.
+//! # Guarantees
 //!
-//! So a tick runs at most once even when leadership moves between two
-//! instances right around it: the old leader claimed it (and ran it), the new
-//! one finds the claim and skips it.
+//! A tick id (`<job name>:<scheduled unix ms>`) runs **at most once
+//! fleet-wide**, through every fault below; and **exactly once** when no
+//! leaderless gap is longer than what the [missed-run policy](Missed)
+//! catches up, and no data is lost.
 //!
-//! # Clock skew
+//! | fault | what happens to ticks |
+//! | --- | --- |
+//! | handover (`step_down`, SIGTERM, `shutdown`) | the old leader drains its run before it releases; the new one runs the next ticks; none twice, none lost |
+//! | crash (kill -9) | ticks due while the lease runs out (≤ ttl) are *missed*: caught up or recorded as missed by the next leader, per [`Missed`] |
+//! | partition, pause | the cut-off leader's view ends (on its own clock) before another's begins; a claim is made in the same script that checks the lease (holder *and* token), and a claim answered after the view ended is not run (outcome `cancelled`); then as a crash |
+//! | Redis outage | nothing is claimed, so nothing runs; ticks due meanwhile are missed, per [`Missed`]; a claim whose reply was lost is recognised as ours (by its token) when retried |
+//! | data loss (flush, restart without persistence, restore from a snapshot, failover to a lagging replica, eviction) | fail closed: a leadership that began after the lease record was lost or restored never looks back before its own start, and a restored job record refuses every tick before the first claim seen after the restore — such ticks are recorded as *missed*, never run twice |
+//! | clock skew | ids are the schedule's own times, not the host's: hosts within [`tolerance`](JobBuilder::tolerance) (default 5 s) of each other name a tick alike, and a tick that falls between two leaders is run (late) by the second |
+//! | DST, host time zones | a job's schedule is read in its [`time_zone`](JobBuilder::time_zone) (IANA, default UTC); a local time that does not exist (spring forward) runs at the first instant after the gap, a repeated one (fall back) once; ids are UTC instants, the same whatever a host's `TZ` |
 //!
-//! Each scheduler fires by its host's clock, so two hosts whose clocks differ
-//! by a second fire "12:00:00" a second apart. The tick id is not the time a
-//! host fired at but the schedule's own fire time it fired for (the latest
-//! scheduled time at or before the host's clock), so both name the tick
-//! `…:12:00:00` and only one claim succeeds.
+//! # Policies, per job
 //!
-//! Skew can also make a tick fall between two leaders: with the new leader's
-//! clock a second ahead of the old one's, the old leader is stopped before its
-//! clock reaches 12:00:00, and the new leader's clock was already past it
-//! when it took over. To keep such a tick from being lost, the leader also
-//! looks back: each firing claims (oldest first) every scheduled time within
-//! [`JobBuilder::tolerance`] (default 5 s) before the current one that nobody
-//! claimed, and runs it late. So with clocks within `tolerance` of each other
-//! and a handover shorter than `tolerance`, every tick runs exactly once; a
-//! tick that falls into a longer gap (a crashed leader's lease running out,
-//! a Redis outage) is skipped, never run twice. Look-back never reaches
-//! before the job was built, so a new deploy does not replay the past.
+//! | policy | values | default |
+//! | --- | --- | --- |
+//! | [`overlap`](JobBuilder::overlap) | [`Overlap::Skip`]: no tick starts while a run of the job is in flight anywhere in the fleet — on this leader, or on an earlier one still finishing (recorded `skipped-overlap`); [`Overlap::Allow`] | `Skip` |
+//! | [`missed`](JobBuilder::missed) | [`Missed::Skip`]: ticks missed in a leaderless gap or an outage are recorded as missed; [`Missed::Latest`]: the latest of them runs once, late; [`Missed::All`]: all of them within a window run, oldest first, at most [`max_catch_up`](JobBuilder::max_catch_up) | `Skip` |
+//! | [`tolerance`](JobBuilder::tolerance) | clock skew between hosts: a tick this late is on time, not missed | 5 s |
+//! | [`history`](JobBuilder::history) | runs kept per job in the backend, read with [`history()`] | 20 |
+//! | [`cancel_on_loss`](JobBuilder::cancel_on_loss) | stop the body when the view ends | off |
 //!
-//! Claims expire after `3 × tolerance + 60 s`, long enough that every host
-//! that could still consider a tick sees its claim.
+//! A tick that runs later than `tolerance` (a catch-up run) is logged at
+//! INFO with how late it is; the body can tell from [`Tick::catch_up`],
+//! [`Tick::scheduled`] and [`Tick::started`].
+//!
+//! # How
+//!
+//! The scheduler fires the job every second; on the leader each firing
+//! decides the ticks due since the last one it decided (oldest first) in
+//! one script (`backend/claim.lua`) that checks the lease is ours (the lease
+//! key holds our id and the record our token), keeps the job's latest
+//! decided tick (a watermark: an older tick never runs) and its run in
+//! flight, and records ticks that will not run in the job's history. The
+//! keys, in the group's hash slot: `{prefix}:{group}:cron:<job>` (a hash)
+//! and `{prefix}:{group}:cron-history:<job>` (a list).
 //!
 //! # Examples
 //!
 //! ```no_run
+//! use leader_runtime::cron::{JobBuilder, Missed, Overlap};
 //! use tokio_cron_scheduler::JobScheduler;
 //!
 //! # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -48,25 +58,47 @@
 //!     leader_runtime::Config::builder().redis_url("redis://127.0.0.1:6379").build()?,
 //! )?;
 //! let scheduler = JobScheduler::new().await?;
-//! // Every replica adds the job; each minute it runs on one of them.
-//! scheduler
-//!     .add(leader_runtime::cron::job("0 * * * * *", "reports", |tick| async move {
-//!         println!("report for {:?}", tick.scheduled());
-//!     })?)
-//!     .await?;
+//! // Every replica adds the job; every five minutes, Berlin time, it runs on one of them.
+//! let job = JobBuilder::new("0 */5 * * * *", "reports")
+//!     .name("hourly-report")
+//!     .time_zone(chrono_tz::Europe::Berlin)
+//!     .overlap(Overlap::Skip)
+//!     .missed(Missed::Latest)
+//!     .build(|tick| async move {
+//!         println!("report for {:?} (catch-up: {})", tick.scheduled(), tick.catch_up());
+//!     })?;
+//! scheduler.add(job).await?;
 //! scheduler.start().await?;
+//! // Later, anywhere in the fleet:
+//! for run in leader_runtime::cron::history("reports", "hourly-report").await? {
+//!     println!("{:?}: {} on {}", run.scheduled, run.outcome, run.instance);
+//! }
 //! # Ok(()) }
 //! ```
 
+mod history;
+mod metrics;
+mod registry;
+
+use std::collections::BTreeSet;
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
 
 use chrono::{DateTime, TimeDelta, Utc};
+pub use chrono_tz;
+use chrono_tz::Tz;
 use croner::parser::{CronParser, Seconds};
 use croner::Cron;
+use futures_util::FutureExt;
 use tokio_cron_scheduler::Job;
 
+pub use self::history::{history, Outcome, Run, TickResult};
+pub(crate) use self::registry::jobs_of;
+pub use self::registry::JobStatus;
+use crate::backend::cron::{busy_mark, ClaimRequest, Claimed, JobKeys, Mode};
 use crate::names::validate_group;
 use crate::{global, Error, Lease, Result, Runtime};
 
@@ -83,17 +115,90 @@ use crate::{global, Error, Lease, Result, Runtime};
 /// ```
 pub const DEFAULT_TOLERANCE: Duration = Duration::from_secs(5);
 
-/// Most ticks one firing looks back at.
-const MAX_LOOK_BACK: usize = 64;
+/// Largest [`JobBuilder::tolerance`]: one hour.
+pub const MAX_TOLERANCE: Duration = Duration::from_secs(3600);
+
+/// Largest catch-up window of [`Missed::All`]: seven days.
+pub const MAX_WINDOW: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// Default [`JobBuilder::history`] length.
+pub const DEFAULT_HISTORY: usize = 20;
+
+/// Largest [`JobBuilder::history`] length and [`JobBuilder::max_catch_up`].
+pub const MAX_HISTORY: usize = 1000;
+
+/// Default [`JobBuilder::max_catch_up`].
+pub const DEFAULT_MAX_CATCH_UP: usize = 16;
+
+/// Most ticks one firing considers (oldest dropped first).
+const LOOK_BACK_TICKS: usize = 1024;
+
+/// Whether a tick may start while a run of the same job is in flight.
+///
+/// # Examples
+///
+/// ```
+/// use leader_runtime::cron::{JobBuilder, Overlap};
+///
+/// // A job whose runs may overlap (each tick writes its own partition).
+/// let builder = JobBuilder::new("*/10 * * * * *", "etl").name("partition").overlap(Overlap::Allow);
+/// # drop(builder);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Overlap {
+    /// A tick does not start while a run of the job is in flight anywhere
+    /// in the fleet (on this leader, or on an earlier leader still
+    /// finishing); it is recorded as [`Outcome::SkippedOverlap`]. The
+    /// default. A run counts as in flight while its instance keeps its mark
+    /// alive (every ttl / 3), so a crashed one stops counting after one ttl.
+    #[default]
+    Skip,
+    /// Ticks start on time whatever else runs.
+    Allow,
+}
+
+/// What happens to ticks missed while nobody led (a crash, an outage):
+/// ticks later than the [`tolerance`](JobBuilder::tolerance).
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use leader_runtime::cron::{JobBuilder, Missed};
+///
+/// // Every missed tick of the last hour runs (at most 16 of them, the default cap).
+/// let builder = JobBuilder::new("0 * * * * *", "billing")
+///     .name("invoice")
+///     .missed(Missed::All { window: Duration::from_secs(3600) });
+/// # drop(builder);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Missed {
+    /// Missed ticks do not run; they are recorded as [`Outcome::Missed`].
+    /// The default.
+    #[default]
+    Skip,
+    /// The latest missed tick runs once, late ([`Tick::catch_up`]); the
+    /// others are recorded as missed.
+    Latest,
+    /// Every missed tick at most `window` late (at most [`MAX_WINDOW`])
+    /// runs, oldest first, up to [`max_catch_up`](JobBuilder::max_catch_up)
+    /// of them (the latest ones); the others are recorded as missed.
+    All {
+        /// How late a tick may still run.
+        window: Duration,
+    },
+}
 
 /// A tokio-cron-scheduler job on `schedule` (six fields, seconds first, UTC:
 /// `"0 */5 * * * *"`) whose body `f` runs only on the instance that leads
 /// `group`, each tick at most once fleet-wide; see the [module docs](self).
 ///
-/// The job uses the runtime that is current when it is built (the one of
-/// [`Runtime::scope`], else the global one at each tick); use
-/// [`JobBuilder::runtime`] to choose another, [`JobBuilder::name`] when one
-/// group has two jobs on the same schedule.
+/// The shorthand of [`JobBuilder`] with every default, named after its
+/// schedule (spaces as `_`: `"0_*/5_*_*_*_*"`), as before names were
+/// explicit; a new job should use [`JobBuilder::name`].
 ///
 /// # Examples
 ///
@@ -117,30 +222,36 @@ const MAX_LOOK_BACK: usize = 64;
 ///
 /// # Errors
 ///
-/// [`Error::Config`] (field `"schedule"`) when the schedule does not parse;
-/// [`Error::InvalidGroup`].
+/// As [`JobBuilder::build`].
 pub fn job<F, Fut>(schedule: &str, group: &str, f: F) -> Result<Job>
 where
     F: Fn(Tick) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = ()> + Send + 'static,
+    Fut: Future + Send + 'static,
+    Fut::Output: TickResult,
 {
-    JobBuilder::new(schedule, group).build(f)
+    let name = schedule.split_whitespace().collect::<Vec<_>>().join("_");
+    JobBuilder::new(schedule, group).name(name).build(f)
 }
 
-/// A [`job`] with options.
+/// A cron job with its name and policies; [`build`](Self::build) makes the
+/// tokio-cron-scheduler job.
 ///
 /// # Examples
 ///
 /// ```
 /// use std::time::Duration;
-/// use leader_runtime::{cron::JobBuilder, Config, MemoryBackend, Runtime};
+/// use leader_runtime::cron::{JobBuilder, Missed, Overlap};
+/// use leader_runtime::{Config, MemoryBackend, Runtime};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), leader_runtime::Error> {
 /// let runtime = Runtime::new(Config::builder().memory(MemoryBackend::new()).build()?)?;
-/// let job = JobBuilder::new("0 0 * * * *", "maintenance")
+/// let job = JobBuilder::new("0 30 2 * * *", "maintenance")
 ///     .name("vacuum")
 ///     .runtime(&runtime)
+///     .time_zone(chrono_tz::Europe::Berlin)
+///     .overlap(Overlap::Skip)
+///     .missed(Missed::Latest)
 ///     .tolerance(Duration::from_secs(30))
 ///     .build(|_tick| async { /* VACUUM */ })?;
 /// # drop(job);
@@ -153,12 +264,18 @@ pub struct JobBuilder {
     group: String,
     name: Option<String>,
     runtime: Option<Runtime>,
+    time_zone: Tz,
+    overlap: Overlap,
+    missed: Missed,
     tolerance: Duration,
+    max_catch_up: usize,
+    history: usize,
+    cancel_on_loss: bool,
     clock_offset_ms: i64,
 }
 
 impl JobBuilder {
-    /// A job on `schedule` gated on `group`; see [`job`].
+    /// A job on `schedule` (six fields, seconds first) gated on `group`.
     ///
     /// # Examples
     ///
@@ -166,7 +283,7 @@ impl JobBuilder {
     /// use leader_runtime::cron::JobBuilder;
     ///
     /// # fn f() -> leader_runtime::Result<()> {
-    /// let job = JobBuilder::new("0 */15 * * * *", "reports").build(|_tick| async {})?;
+    /// let job = JobBuilder::new("0 */15 * * * *", "reports").name("digest").build(|_tick| async {})?;
     /// # drop(job); Ok(()) }
     /// ```
     pub fn new(schedule: impl Into<String>, group: impl Into<String>) -> Self {
@@ -175,15 +292,21 @@ impl JobBuilder {
             group: group.into(),
             name: None,
             runtime: None,
+            time_zone: Tz::UTC,
+            overlap: Overlap::default(),
+            missed: Missed::default(),
             tolerance: DEFAULT_TOLERANCE,
+            max_catch_up: DEFAULT_MAX_CATCH_UP,
+            history: DEFAULT_HISTORY,
+            cancel_on_loss: false,
             clock_offset_ms: 0,
         }
     }
 
-    /// The job's name in its tick keys (default: the schedule, spaces as
-    /// `_`). Two jobs of one group on the same schedule need different
-    /// names, or they share their ticks and only one runs. Same alphabet as
-    /// group names: ASCII letters, digits, `.`, `_`, `:`, `-`.
+    /// The job's name (required): it names the job's keys and tick ids, so
+    /// it must stay the same across deploys, and two jobs of one group
+    /// built on one runtime cannot share it. 1 to 128 bytes of ASCII
+    /// letters, digits and `. _ : - * / , ?`.
     ///
     /// # Examples
     ///
@@ -194,6 +317,7 @@ impl JobBuilder {
     /// // Two nightly jobs of one group: distinct names, distinct ticks.
     /// let vacuum = JobBuilder::new("0 0 3 * * *", "maintenance").name("vacuum").build(|_| async {})?;
     /// let reindex = JobBuilder::new("0 0 3 * * *", "maintenance").name("reindex").build(|_| async {})?;
+    /// assert!(JobBuilder::new("0 0 4 * * *", "maintenance").name("vacuum").build(|_| async {}).is_err());
     /// # drop((vacuum, reindex)); Ok(()) }
     /// ```
     pub fn name(mut self, name: impl Into<String>) -> Self {
@@ -201,7 +325,9 @@ impl JobBuilder {
         self
     }
 
-    /// Run on this runtime instead of the current one.
+    /// Run on this runtime instead of the current one (the one of
+    /// [`Runtime::scope`] when the job is built, else the global one at
+    /// each tick).
     ///
     /// # Examples
     ///
@@ -211,7 +337,7 @@ impl JobBuilder {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), leader_runtime::Error> {
     /// let runtime = Runtime::new(Config::builder().memory(MemoryBackend::new()).build()?)?;
-    /// let job = JobBuilder::new("*/10 * * * * *", "jobs").runtime(&runtime).build(|_| async {})?;
+    /// let job = JobBuilder::new("*/10 * * * * *", "jobs").name("poll").runtime(&runtime).build(|_| async {})?;
     /// # drop(job);
     /// # Ok(())
     /// # }
@@ -221,9 +347,58 @@ impl JobBuilder {
         self
     }
 
-    /// How far the hosts' clocks may disagree, and how far back a leader
-    /// looks for ticks nobody claimed (default 5 s); see the
-    /// [module docs](self#clock-skew). Zero turns look-back off.
+    /// Read the schedule in this IANA time zone (default UTC), DST
+    /// included; see the [module docs](self#guarantees). Tick ids stay UTC
+    /// instants.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use leader_runtime::cron::JobBuilder;
+    ///
+    /// // 02:30 Berlin time: 00:30 UTC in summer, 01:30 UTC in winter.
+    /// let builder = JobBuilder::new("0 30 2 * * *", "reports").time_zone(chrono_tz::Europe::Berlin);
+    /// # drop(builder);
+    /// ```
+    pub fn time_zone(mut self, time_zone: Tz) -> Self {
+        self.time_zone = time_zone;
+        self
+    }
+
+    /// The [`Overlap`] policy (default [`Overlap::Skip`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use leader_runtime::cron::{JobBuilder, Overlap};
+    ///
+    /// let builder = JobBuilder::new("* * * * * *", "etl").overlap(Overlap::Allow);
+    /// # drop(builder);
+    /// ```
+    pub fn overlap(mut self, overlap: Overlap) -> Self {
+        self.overlap = overlap;
+        self
+    }
+
+    /// The [`Missed`] policy (default [`Missed::Skip`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use leader_runtime::cron::{JobBuilder, Missed};
+    ///
+    /// let builder = JobBuilder::new("0 0 * * * *", "reports").missed(Missed::Latest);
+    /// # drop(builder);
+    /// ```
+    pub fn missed(mut self, missed: Missed) -> Self {
+        self.missed = missed;
+        self
+    }
+
+    /// How far the hosts' clocks may disagree (default 5 s, at most
+    /// [`MAX_TOLERANCE`]): a tick up to this late is on time, run by
+    /// whichever leader sees it first; a later one is missed and goes to
+    /// the [`Missed`] policy. Zero: every late tick is missed.
     ///
     /// # Examples
     ///
@@ -233,9 +408,62 @@ impl JobBuilder {
     ///
     /// let builder = JobBuilder::new("0 * * * * *", "reports").tolerance(Duration::from_secs(30));
     /// # drop(builder);
+    /// assert!(JobBuilder::new("0 * * * * *", "reports").name("r").tolerance(Duration::MAX).build(|_| async {}).is_err());
     /// ```
     pub fn tolerance(mut self, tolerance: Duration) -> Self {
         self.tolerance = tolerance;
+        self
+    }
+
+    /// Most missed ticks one catch-up of [`Missed::All`] runs (default 16,
+    /// 1 to [`MAX_HISTORY`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use leader_runtime::cron::{JobBuilder, Missed};
+    ///
+    /// let builder = JobBuilder::new("0 * * * * *", "billing")
+    ///     .missed(Missed::All { window: Duration::from_secs(600) })
+    ///     .max_catch_up(3);
+    /// # drop(builder);
+    /// ```
+    pub fn max_catch_up(mut self, max: usize) -> Self {
+        self.max_catch_up = max;
+        self
+    }
+
+    /// How many of the job's last runs the backend keeps for [`history()`]
+    /// (default 20, 1 to [`MAX_HISTORY`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use leader_runtime::cron::JobBuilder;
+    ///
+    /// let builder = JobBuilder::new("0 * * * * *", "reports").history(100);
+    /// # drop(builder);
+    /// ```
+    pub fn history(mut self, runs: usize) -> Self {
+        self.history = runs;
+        self
+    }
+
+    /// Stop the body when the view ends (the run's outcome is then
+    /// [`Outcome::Cancelled`]); by default a body runs to its end, and
+    /// [`Tick::lease`] tells it when the view ended.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use leader_runtime::cron::JobBuilder;
+    ///
+    /// let builder = JobBuilder::new("0 * * * * *", "reports").cancel_on_loss(true);
+    /// # drop(builder);
+    /// ```
+    pub fn cancel_on_loss(mut self, cancel: bool) -> Self {
+        self.cancel_on_loss = cancel;
         self
     }
 
@@ -247,7 +475,8 @@ impl JobBuilder {
         self
     }
 
-    /// Build the job; add it to a `JobScheduler`.
+    /// Build the job; add it to a `JobScheduler`. The scheduler fires it
+    /// every second; the job decides which of its ticks are due.
     ///
     /// # Examples
     ///
@@ -259,29 +488,33 @@ impl JobBuilder {
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// let scheduler = JobScheduler::new().await?;
     /// scheduler
-    ///     .add(JobBuilder::new("0 * * * * *", "reports").build(|tick| async move {
+    ///     .add(JobBuilder::new("0 * * * * *", "reports").name("minutely").build(|tick| async move {
     ///         println!("tick {}", tick.id());
     ///     })?)
     ///     .await?;
-    /// assert!(JobBuilder::new("every minute", "reports").build(|_| async {}).is_err());
+    /// assert!(JobBuilder::new("every minute", "reports").name("bad").build(|_| async {}).is_err());
     /// # Ok(())
     /// # }
     /// ```
     ///
     /// # Errors
     ///
-    /// [`Error::Config`] (field `"schedule"`, or `"name"`) when the schedule
-    /// does not parse or the name is not a valid identifier;
+    /// [`Error::Config`] when the schedule does not parse (field
+    /// `"schedule"`), the name is missing, malformed or already used by a
+    /// job of the group on the runtime (`"name"`), or a setting is out of
+    /// range (`"tolerance"`, `"missed"`, `"max_catch_up"`, `"history"`);
     /// [`Error::InvalidGroup`].
     pub fn build<F, Fut>(self, f: F) -> Result<Job>
     where
         F: Fn(Tick) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = ()> + Send + 'static,
+        Fut: Future + Send + 'static,
+        Fut::Output: TickResult,
     {
         let shared = Arc::new(self.prepare(f)?);
-        let schedule = shared.schedule_text.clone();
-        Job::new_async(schedule, move |_id, _scheduler| {
+        let registration = registry::register(&shared)?;
+        Job::new_async("* * * * * *", move |_id, _scheduler| {
             let shared = shared.clone();
+            let _keep = &registration;
             Box::pin(async move { shared.fire().await })
         })
         .map_err(|e| schedule_err(&e))
@@ -290,49 +523,97 @@ impl JobBuilder {
     fn prepare<F, Fut>(self, f: F) -> Result<Shared>
     where
         F: Fn(Tick) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = ()> + Send + 'static,
+        Fut: Future + Send + 'static,
+        Fut::Output: TickResult,
     {
         validate_group(&self.group)?;
-        let schedule_text = Job::schedule_to_cron(&self.schedule).map_err(|e| schedule_err(&e))?;
         let cron = CronParser::builder()
             .seconds(Seconds::Required)
             .dom_and_dow(true)
             .build()
-            .parse(&schedule_text)
+            .parse(&self.schedule)
             .map_err(|e| schedule_err(&e))?;
-        let name = match self.name {
-            Some(name) => {
-                validate_group(&name).map_err(|e| match e {
-                    Error::InvalidGroup { rule, .. } => Error::Config {
-                        field: "name",
-                        rule: rule.to_owned(),
-                    },
-                    other => other,
-                })?;
-                name
+        let name = self.name.ok_or_else(|| Error::Config {
+            field: "name",
+            rule: "is required: a cron job's name names its keys and tick ids, e.g. .name(\"hourly-report\")".to_owned(),
+        })?;
+        validate_name(&name)?;
+        if self.tolerance > MAX_TOLERANCE {
+            return Err(range_err("tolerance", "must be at most one hour"));
+        }
+        if let Missed::All { window } = self.missed {
+            if window > MAX_WINDOW {
+                return Err(range_err(
+                    "missed",
+                    "Missed::All's window must be at most seven days",
+                ));
             }
-            None => schedule_text
-                .split_whitespace()
-                .collect::<Vec<_>>()
-                .join("_"),
-        };
-        let offset = TimeDelta::milliseconds(self.clock_offset_ms);
+        }
+        if !(1..=MAX_HISTORY).contains(&self.max_catch_up) {
+            return Err(range_err("max_catch_up", "must be 1 to 1000"));
+        }
+        if !(1..=MAX_HISTORY).contains(&self.history) {
+            return Err(range_err("history", "must be 1 to 1000"));
+        }
+        let offset = TimeDelta::try_milliseconds(self.clock_offset_ms)
+            .filter(|o| o.num_days().abs() < 365)
+            .ok_or_else(|| range_err("clock_offset_ms", "must be within a year"))?;
         let runtime = self.runtime.or_else(global::scoped);
-        let tolerance = TimeDelta::from_std(self.tolerance).unwrap_or(TimeDelta::MAX);
-        let shared = Shared {
+        // Both bounded above, so the conversions cannot fail.
+        let tolerance = TimeDelta::from_std(self.tolerance).unwrap_or(TimeDelta::zero());
+        let window = match self.missed {
+            Missed::All { window } => TimeDelta::from_std(window).unwrap_or(TimeDelta::zero()),
+            _ => TimeDelta::zero(),
+        };
+        Ok(Shared {
             group: self.group,
             name,
-            schedule_text,
+            schedule: self.schedule,
             cron,
+            time_zone: self.time_zone,
             runtime,
+            overlap: self.overlap,
+            missed: self.missed,
             tolerance,
-            claim_ttl: self.tolerance.saturating_mul(3) + Duration::from_secs(60),
+            window,
+            max_catch_up: self.max_catch_up,
+            history: self.history,
+            cancel_on_loss: self.cancel_on_loss,
             offset,
             created: Utc::now() + offset,
-            last_tried: Mutex::new(None),
-            body: Box::new(move |tick| Box::pin(f(tick))),
-        };
-        Ok(shared)
+            tried: Mutex::new(BTreeSet::new()),
+            claiming: tokio::sync::Mutex::new(()),
+            recent: Mutex::new(std::collections::VecDeque::new()),
+            body: Box::new(move |tick| {
+                let fut = f(tick);
+                Box::pin(async move { fut.await.outcome() })
+            }),
+        })
+    }
+}
+
+/// Check a job name: 1 to 128 bytes of ASCII letters, digits and
+/// `. _ : - * / , ?` (the last four for the names [`job`] derives from
+/// schedules).
+pub(crate) fn validate_name(name: &str) -> Result<()> {
+    let ok = (1..=128).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b".:_-*/,?".contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::Config {
+            field: "name",
+            rule: "must be 1 to 128 bytes of ASCII letters, digits and . _ : - * / , ?".to_owned(),
+        })
+    }
+}
+
+fn range_err(field: &'static str, rule: &str) -> Error {
+    Error::Config {
+        field,
+        rule: rule.to_owned(),
     }
 }
 
@@ -346,24 +627,44 @@ fn schedule_err(e: &dyn std::fmt::Display) -> Error {
 }
 
 type Body =
-    Box<dyn Fn(Tick) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync + 'static>;
+    Box<dyn Fn(Tick) -> Pin<Box<dyn Future<Output = Outcome> + Send>> + Send + Sync + 'static>;
+
+/// A tick as one firing plans it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Planned {
+    at: DateTime<Utc>,
+    mode: Mode,
+    catch_up: bool,
+}
 
 /// What every firing of one job shares.
 struct Shared {
     group: String,
     name: String,
-    schedule_text: String,
+    schedule: String,
     cron: Cron,
+    time_zone: Tz,
     /// `None`: the global runtime at each tick.
     runtime: Option<Runtime>,
+    overlap: Overlap,
+    missed: Missed,
     tolerance: TimeDelta,
-    claim_ttl: Duration,
+    /// [`Missed::All`]'s window (zero for the others).
+    window: TimeDelta,
+    max_catch_up: usize,
+    history: usize,
+    cancel_on_loss: bool,
     offset: TimeDelta,
     /// Look-back never reaches before this.
     created: DateTime<Utc>,
-    /// The latest tick whose claim this instance tried and got an answer for:
-    /// every tick up to it is claimed by someone.
-    last_tried: Mutex<Option<DateTime<Utc>>>,
+    /// Ticks (unix ms) this instance got a decision for; the latest
+    /// [`LOOK_BACK_TICKS`] of them.
+    tried: Mutex<BTreeSet<i64>>,
+    /// Held while one firing plans and claims, so that two firings (the
+    /// scheduler spawns each) never claim the same tick.
+    claiming: tokio::sync::Mutex<()>,
+    /// The last runs this instance saw through, for `status()`.
+    recent: Mutex<std::collections::VecDeque<Run>>,
     body: Body,
 }
 
@@ -372,49 +673,118 @@ impl Shared {
         Utc::now() + self.offset
     }
 
-    /// The ticks to try now, oldest first: the schedule's latest fire time at
-    /// or before `now`, and those within `tolerance` before it that this
-    /// instance has not tried yet.
-    fn due(&self, now: DateTime<Utc>) -> Vec<DateTime<Utc>> {
-        let Some(now) = DateTime::from_timestamp(now.timestamp(), 0) else {
-            return Vec::new();
-        };
-        let Ok(current) = self.cron.find_previous_occurrence(&now, true) else {
-            return Vec::new();
-        };
-        let last_tried = *self
-            .last_tried
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        let earliest = current
-            .checked_sub_signed(self.tolerance)
-            .unwrap_or(DateTime::<Utc>::MIN_UTC)
-            .max(self.created);
-        let fresh = |t: &DateTime<Utc>| last_tried.is_none_or(|last| *t > last);
-        let mut due = vec![current];
-        // (Not `Cron::iter_before`: it skips every other second of a
-        // per-second schedule.)
-        while due.len() <= MAX_LOOK_BACK {
-            match self
+    /// The schedule's latest time before `t` (at or before, if `inclusive`),
+    /// as the scheduler's forward search finds it: a local time in a DST gap
+    /// fires at the first instant after the gap, a repeated one once (the
+    /// backward search of croner disagrees on both).
+    fn previous(&self, t: &DateTime<Utc>, inclusive: bool) -> Option<DateTime<Utc>> {
+        let tz = &self.time_zone;
+        let (mut from, mut incl) = (*t, inclusive);
+        for _ in 0..8 {
+            let p = self
                 .cron
-                .find_previous_occurrence(&due[due.len() - 1], false)
+                .find_previous_occurrence(&from.with_timezone(tz), incl)
+                .ok()?
+                .with_timezone(&Utc);
+            // Where the forward search from the occurrence before lands.
+            let fires = match self
+                .cron
+                .find_previous_occurrence(&p.with_timezone(tz), false)
             {
-                Ok(earlier) if earlier >= earliest && fresh(&earlier) => due.push(earlier),
-                _ => break,
+                Ok(before) => self
+                    .cron
+                    .find_next_occurrence(&before, false)
+                    .ok()?
+                    .with_timezone(&Utc),
+                Err(_) => p,
+            };
+            let before_t = |x: &DateTime<Utc>| *x < *t || (inclusive && *x == *t);
+            if before_t(&fires) {
+                // The backward search misses the second of a repeated local
+                // time (fall back): step forward while still before `t`.
+                let mut fires = fires;
+                for _ in 0..8 {
+                    match self
+                        .cron
+                        .find_next_occurrence(&fires.with_timezone(tz), false)
+                    {
+                        Ok(next) if before_t(&next.with_timezone(&Utc)) => {
+                            fires = next.with_timezone(&Utc);
+                        }
+                        _ => break,
+                    }
+                }
+                return Some(fires);
             }
+            (from, incl) = (p, false);
         }
-        due.retain(fresh);
-        due.reverse();
-        due
+        None
     }
 
-    fn tried(&self, tick: DateTime<Utc>) {
-        let mut last = self
-            .last_tried
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if last.is_none_or(|l| tick > l) {
-            *last = Some(tick);
+    /// The ticks to decide now, oldest first: the schedule's times at or
+    /// before `now` back to the last tick this instance decided, to
+    /// `floor` (exclusive of earlier ones) and to when the job was built;
+    /// each to run (on time, or a catch-up per the policy) or to record as
+    /// missed.
+    fn plan(&self, now: DateTime<Utc>, floor: Option<DateTime<Utc>>) -> Vec<Planned> {
+        // croner works in whole seconds.
+        let Some(now_s) = DateTime::from_timestamp(now.timestamp(), 0) else {
+            return Vec::new();
+        };
+        let earliest = floor.map_or(self.created, |f| f.max(self.created));
+        let mut ticks = Vec::new();
+        {
+            let tried = self.tried.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut next = self.previous(&now_s, true);
+            // (Not `Cron::iter_before`: it skips every other second of a
+            // per-second schedule.)
+            while let Some(t) = next {
+                if t < earliest
+                    || ticks.len() >= LOOK_BACK_TICKS
+                    || tried.contains(&t.timestamp_millis())
+                {
+                    break;
+                }
+                ticks.push(t);
+                next = self.previous(&t, false);
+            }
+        }
+        ticks.reverse();
+        let late = |t: &DateTime<Utc>| now - *t > self.tolerance;
+        let missed: Vec<usize> = (0..ticks.len()).filter(|&i| late(&ticks[i])).collect();
+        let mut catch_up = BTreeSet::new();
+        match self.missed {
+            Missed::Skip => {}
+            Missed::Latest => catch_up.extend(missed.last().copied()),
+            Missed::All { .. } => catch_up.extend(
+                missed
+                    .iter()
+                    .copied()
+                    .filter(|&i| now - ticks[i] <= self.window)
+                    .rev()
+                    .take(self.max_catch_up),
+            ),
+        }
+        ticks
+            .into_iter()
+            .enumerate()
+            .map(|(i, at)| {
+                let on_time = !late(&at);
+                let run = on_time || catch_up.contains(&i);
+                Planned {
+                    at,
+                    mode: if run { Mode::Run } else { Mode::Miss },
+                    catch_up: !on_time,
+                }
+            })
+            .collect()
+    }
+
+    fn tried(&self, ticks: &[Planned]) {
+        let mut tried = self.tried.lock().unwrap_or_else(PoisonError::into_inner);
+        tried.extend(ticks.iter().map(|p| p.at.timestamp_millis()));
+        while tried.len() > LOOK_BACK_TICKS {
+            tried.pop_first();
         }
     }
 
@@ -438,7 +808,7 @@ impl Shared {
             .run_if_leader(&self.group, || self.run_due(&runtime, now))
             .await;
         if ran.is_none() {
-            tracing::trace!(group = %self.group, job = %self.name, "cron tick: not leader");
+            tracing::trace!(group = %self.group, job = %self.name, "cron firing: not leader");
         }
     }
 
@@ -446,78 +816,327 @@ impl Shared {
         let Some(lease) = crate::current_lease() else {
             return;
         };
-        for scheduled in self.due(now) {
+        let ctx = runtime.cron_ctx();
+        let keys = JobKeys::new(&ctx.config.key_prefix, &self.group, &self.name);
+        // A leadership that began after its record was lost or restored
+        // never looks back before its own start (earlier ones may have run
+        // ticks whose claims are gone).
+        let (began, after_loss) = lease.tenure.began();
+        let floor = after_loss.then(|| {
+            let since = TimeDelta::from_std(began.elapsed()).unwrap_or(TimeDelta::MAX);
+            now.checked_sub_signed(since)
+                .unwrap_or(DateTime::<Utc>::MIN_UTC)
+        });
+        loop {
             if !lease.is_valid() {
                 return;
             }
-            let id = format!("{}:{}", self.name, scheduled.timestamp_millis());
-            let value = format!("{} {}", runtime.instance_id(), lease.token());
-            match runtime
-                .claim_tick(&self.group, &id, &value, self.claim_ttl)
-                .await
-            {
-                Ok(true) => {
-                    self.tried(scheduled);
-                    let late = now - scheduled;
-                    tracing::debug!(group = %self.group, tick = %id, token = lease.token(), late_ms = late.num_milliseconds(), "cron tick claimed; running");
-                    let tick = Tick {
-                        scheduled: SystemTime::from(scheduled),
-                        id,
-                        lease: lease.clone(),
-                    };
-                    (self.body)(tick).await;
+            let (run, answer) = {
+                let _claiming = self.claiming.lock().await;
+                let plan = self.plan(now, floor);
+                // Misses up to and including the first tick to run.
+                let end = plan
+                    .iter()
+                    .position(|p| p.mode == Mode::Run)
+                    .map_or(plan.len(), |i| i + 1);
+                let batch = &plan[..end];
+                if batch.is_empty() {
+                    return;
                 }
-                Ok(false) => {
-                    self.tried(scheduled);
-                    tracing::debug!(group = %self.group, tick = %id, "cron tick already claimed; skipped");
+                let ticks: Vec<(i64, Mode)> = batch
+                    .iter()
+                    .map(|p| (p.at.timestamp_millis(), p.mode))
+                    .collect();
+                // Decisions before this cannot have been lost with the lease
+                // record (see claim.lua): our own view's start after a loss;
+                // else earlier leaders' ticks before a loss are at most
+                // `tolerance` after it, and a whole ttl (a safe start) passed
+                // between the loss and any view after it.
+                let floor_ms = match floor {
+                    Some(f) => f.timestamp_millis(),
+                    None => {
+                        let ttl = TimeDelta::from_std(ctx.config.ttl).unwrap_or(TimeDelta::MAX);
+                        let back = (ttl - self.tolerance).max(TimeDelta::zero());
+                        now.timestamp_millis()
+                            .saturating_sub(back.num_milliseconds())
+                    }
+                };
+                let req = ClaimRequest {
+                    floor_ms,
+                    group: &self.group,
+                    keys: &keys,
+                    id: runtime.instance_id(),
+                    token: lease.token(),
+                    clock_ms: now.timestamp_millis(),
+                    skip_overlap: self.overlap == Overlap::Skip,
+                    busy_ttl: ctx.config.ttl,
+                    history_len: self.history,
+                    ticks: &ticks,
+                };
+                let limit = ctx.config.call_timeout;
+                let answer = match tokio::time::timeout(limit, ctx.backend.cron_claim(&req)).await {
+                    Ok(Ok(Some(answer))) => answer,
+                    Ok(Ok(None)) => {
+                        tracing::debug!(group = %self.group, job = %self.name, "cron claim: the lease is no longer ours");
+                        return;
+                    }
+                    Ok(Err(e)) => {
+                        // Nothing marked as tried: the next firing asks again
+                        // (a claim that went through is recognised as ours).
+                        tracing::warn!(group = %self.group, job = %self.name, error = %e, "could not claim cron ticks; trying again at the next firing");
+                        return;
+                    }
+                    Err(_) => {
+                        tracing::warn!(group = %self.group, job = %self.name, after = ?limit, "cron claim timed out; trying again at the next firing");
+                        return;
+                    }
+                };
+                self.tried(batch);
+                (batch[batch.len() - 1], answer)
+            };
+            let missed = answer
+                .iter()
+                .filter(|a| matches!(a, Claimed::Missed | Claimed::Refused))
+                .count();
+            if missed > 0 {
+                metrics::missed(&self.group, &self.name, missed as u64);
+                tracing::info!(group = %self.group, job = %self.name, missed, "cron ticks missed (recorded in the history)");
+            }
+            if answer.contains(&Claimed::Refused) {
+                tracing::warn!(group = %self.group, job = %self.name, "the backend's cron record was restored or lost: ticks before its first claim since then are not run (they may have run already)");
+            }
+            if run.mode != Mode::Run {
+                continue;
+            }
+            match answer.last() {
+                Some(Claimed::New | Claimed::Ours) => {
+                    self.run_one(runtime, &keys, &lease, run, now).await;
                 }
-                Err(e) => {
-                    // Not marked as tried: the next firing looks again
-                    // (within the tolerance).
-                    tracing::warn!(group = %self.group, tick = %id, error = %e, "could not claim cron tick; not run");
+                Some(Claimed::Busy) => {
+                    metrics::skipped(&self.group, &self.name);
+                    self.remember(Run {
+                        scheduled: run.at.into(),
+                        instance: runtime.instance_id().to_owned(),
+                        token: lease.token(),
+                        started: SystemTime::now(),
+                        duration: Duration::ZERO,
+                        outcome: Outcome::SkippedOverlap,
+                    });
+                    tracing::info!(group = %self.group, job = %self.name, tick = %self.id(run.at), "cron tick skipped: a run of the job is still in flight");
                 }
+                _ => {}
             }
         }
     }
+
+    fn id(&self, at: DateTime<Utc>) -> String {
+        format!("{}:{}", self.name, at.timestamp_millis())
+    }
+
+    /// Run the body for a claimed tick and record how it ended.
+    async fn run_one(
+        &self,
+        runtime: &Runtime,
+        keys: &JobKeys,
+        lease: &Lease,
+        run: Planned,
+        now: DateTime<Utc>,
+    ) {
+        let ctx = runtime.cron_ctx();
+        let id = self.id(run.at);
+        let mark = busy_mark(run.at.timestamp_millis(), lease.token());
+        let started = SystemTime::now();
+        let late = (self.now() - run.at).to_std().unwrap_or_default();
+        let outcome = if !lease.is_valid() {
+            // Claimed while the lease was ours on the server, answered after
+            // our view ended: another instance may lead by now.
+            tracing::warn!(group = %self.group, tick = %id, "cron tick claimed but the view ended before it could start; not run");
+            Outcome::Cancelled
+        } else {
+            if run.catch_up {
+                tracing::info!(group = %self.group, job = %self.name, tick = %id, late_ms = late.as_millis() as u64, token = lease.token(), "cron tick runs late (catch-up)");
+            } else {
+                tracing::debug!(group = %self.group, tick = %id, token = lease.token(), late_ms = (now - run.at).num_milliseconds(), "cron tick claimed; running");
+            }
+            let tick = Tick {
+                scheduled: run.at.into(),
+                started,
+                catch_up: run.catch_up,
+                id: id.clone(),
+                lease: lease.clone(),
+            };
+            let body = AssertUnwindSafe((self.body)(tick)).catch_unwind();
+            let keep_alive = async {
+                if self.overlap != Overlap::Skip {
+                    return std::future::pending().await;
+                }
+                let every = (ctx.config.ttl / 3).max(Duration::from_millis(10));
+                loop {
+                    tokio::time::sleep(every).await;
+                    let keep = ctx
+                        .backend
+                        .cron_keep(&self.group, keys, &mark, ctx.config.ttl);
+                    match tokio::time::timeout(ctx.config.call_timeout, keep).await {
+                        Ok(Ok(true)) => {}
+                        Ok(Ok(false)) => {
+                            tracing::warn!(group = %self.group, tick = %id, "the run's in-flight mark is gone (data lost?); overlapping runs are possible")
+                        }
+                        Ok(Err(e)) => {
+                            tracing::warn!(group = %self.group, tick = %id, error = %e, "could not keep the run's in-flight mark alive")
+                        }
+                        Err(_) => {
+                            tracing::warn!(group = %self.group, tick = %id, "keeping the run's in-flight mark alive timed out")
+                        }
+                    }
+                }
+            };
+            let lost = async {
+                if self.cancel_on_loss {
+                    lease.lost().await
+                } else {
+                    std::future::pending().await
+                }
+            };
+            tokio::select! {
+                r = body => r.unwrap_or(Outcome::Panicked),
+                () = keep_alive => Outcome::Cancelled,
+                () = lost => Outcome::Cancelled,
+            }
+        };
+        let duration = started.elapsed().unwrap_or_default();
+        if outcome.ran() {
+            metrics::ran(&self.group, &self.name, &outcome, duration, run.catch_up);
+        }
+        match &outcome {
+            Outcome::Panicked => {
+                tracing::error!(group = %self.group, tick = %id, "cron tick body panicked")
+            }
+            Outcome::Error(e) => {
+                tracing::warn!(group = %self.group, tick = %id, error = %e, "cron tick body failed")
+            }
+            _ => {}
+        }
+        let entry = Run {
+            scheduled: run.at.into(),
+            instance: runtime.instance_id().to_owned(),
+            token: lease.token(),
+            started,
+            duration,
+            outcome,
+        };
+        let line = entry.entry();
+        let done = ctx
+            .backend
+            .cron_done(&self.group, keys, &mark, &line, self.history);
+        match tokio::time::timeout(ctx.config.call_timeout, done).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                tracing::warn!(group = %self.group, tick = %id, error = %e, "could not record the cron run in the history")
+            }
+            Err(_) => {
+                tracing::warn!(group = %self.group, tick = %id, "recording the cron run in the history timed out")
+            }
+        }
+        self.remember(entry);
+    }
+
+    fn remember(&self, run: Run) {
+        let mut recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
+        recent.push_front(run);
+        recent.truncate(self.history);
+    }
 }
 
-/// One scheduled tick, claimed by this instance, handed to a [`job`]'s body.
+/// One scheduled tick, claimed by this instance, handed to a job's body.
 ///
 /// # Examples
 ///
 /// ```
 /// # fn _f() -> leader_runtime::Result<()> {
-/// let job = leader_runtime::cron::job("0 * * * * *", "reports", |tick| async move {
-///     // An idempotency key shared by the whole fleet, and a fencing token.
-///     let key = format!("report:{}", tick.id());
-///     let token = tick.lease().token();
-///     println!("{key} {token} {:?}", tick.scheduled());
-/// })?;
-/// # Ok(()) }
+/// let job = leader_runtime::cron::JobBuilder::new("0 * * * * *", "reports")
+///     .name("report")
+///     .build(|tick| async move {
+///         // An idempotency key shared by the whole fleet, and a fencing token.
+///         let key = format!("report:{}", tick.id());
+///         let token = tick.lease().token();
+///         println!("{key} {token} {:?} late by {:?}", tick.scheduled(), tick.late());
+///     })?;
+/// # drop(job); Ok(()) }
 /// ```
 #[derive(Debug, Clone)]
 pub struct Tick {
     scheduled: SystemTime,
+    started: SystemTime,
+    catch_up: bool,
     id: String,
     lease: Lease,
 }
 
 impl Tick {
-    /// The time the schedule fired for (not the time the body started: a
-    /// tick run after a handover starts late).
+    /// The time the schedule fired for (a UTC instant).
     ///
     /// # Examples
     ///
     /// ```
     /// # fn f() -> leader_runtime::Result<()> {
     /// let job = leader_runtime::cron::job("0 * * * * *", "reports", |tick| async move {
-    ///     let late = tick.scheduled().elapsed().unwrap_or_default();
-    ///     println!("running the {:?} tick {late:?} after it was due", tick.scheduled());
+    ///     println!("running the {:?} tick", tick.scheduled());
     /// })?;
     /// # drop(job); Ok(()) }
     /// ```
     pub fn scheduled(&self) -> SystemTime {
         self.scheduled
+    }
+
+    /// When the body started, by this host's clock.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn f() -> leader_runtime::Result<()> {
+    /// let job = leader_runtime::cron::job("0 * * * * *", "reports", |tick| async move {
+    ///     assert!(tick.started() >= tick.scheduled() || tick.late().is_zero());
+    /// })?;
+    /// # drop(job); Ok(()) }
+    /// ```
+    pub fn started(&self) -> SystemTime {
+        self.started
+    }
+
+    /// How much later than scheduled the body started (zero if this host's
+    /// clock is behind).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn f() -> leader_runtime::Result<()> {
+    /// let job = leader_runtime::cron::job("0 * * * * *", "reports", |tick| async move {
+    ///     println!("{:?} late", tick.late());
+    /// })?;
+    /// # drop(job); Ok(()) }
+    /// ```
+    pub fn late(&self) -> Duration {
+        self.started
+            .duration_since(self.scheduled)
+            .unwrap_or_default()
+    }
+
+    /// Whether this is a catch-up run: a tick missed while nobody led, run
+    /// late by the [`Missed`] policy (later than the clock-skew tolerance).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn f() -> leader_runtime::Result<()> {
+    /// let job = leader_runtime::cron::job("0 * * * * *", "reports", |tick| async move {
+    ///     if tick.catch_up() {
+    ///         println!("catching up {} ({:?} late)", tick.id(), tick.late());
+    ///     }
+    /// })?;
+    /// # drop(job); Ok(()) }
+    /// ```
+    pub fn catch_up(&self) -> bool {
+        self.catch_up
     }
 
     /// The tick's id, the same on every instance: `<job name>:<scheduled
@@ -527,10 +1146,12 @@ impl Tick {
     ///
     /// ```
     /// # fn f() -> leader_runtime::Result<()> {
-    /// let job = leader_runtime::cron::job("0 * * * * *", "reports", |tick| async move {
-    ///     // The same on every instance: an idempotency key for the tick's writes.
-    ///     assert!(tick.id().starts_with("0_*_*_*_*_*:"));
-    /// })?;
+    /// let job = leader_runtime::cron::JobBuilder::new("0 * * * * *", "reports")
+    ///     .name("report")
+    ///     .build(|tick| async move {
+    ///         // The same on every instance: an idempotency key for the tick's writes.
+    ///         assert!(tick.id().starts_with("report:"));
+    ///     })?;
     /// # drop(job); Ok(()) }
     /// ```
     pub fn id(&self) -> &str {
@@ -555,5 +1176,9 @@ impl Tick {
     }
 }
 
+#[cfg(test)]
+mod redis_tests;
+#[cfg(test)]
+mod scenarios;
 #[cfg(test)]
 mod tests;

@@ -230,7 +230,7 @@ impl Election {
         let mut ready_at = won.ready_at;
         let mut tenure = None;
         match (ready_at, won.why) {
-            (None, _) => tenure = Some(self.begin(won.token, valid_until)),
+            (None, _) => tenure = Some(self.begin(won.token, won.why, valid_until)),
             (Some(ready), SafeStart::First | SafeStart::No) => tracing::info!(
                 token = won.token,
                 wait = ?ready.saturating_duration_since(Instant::now()),
@@ -299,7 +299,7 @@ impl Election {
             if let Some(ready) = ready_at {
                 if now >= ready {
                     ready_at = None;
-                    tenure = Some(self.begin(won.token, valid_until));
+                    tenure = Some(self.begin(won.token, won.why, valid_until));
                 }
             }
             if now < next_renew {
@@ -358,13 +358,16 @@ impl Election {
     }
 
     /// Publish a new leadership.
-    fn begin(&self, token: u64, valid_until: Instant) -> Arc<Tenure> {
-        let tenure = Arc::new(Tenure::new(
-            self.group.name.clone(),
-            token,
-            self.group.view.base,
-            valid_until,
-        ));
+    fn begin(&self, token: u64, why: SafeStart, valid_until: Instant) -> Arc<Tenure> {
+        let tenure = Arc::new(
+            Tenure::new(
+                self.group.name.clone(),
+                token,
+                self.group.view.base,
+                valid_until,
+            )
+            .after_loss(matches!(why, SafeStart::First | SafeStart::Unvouched)),
+        );
         self.group.begin(tenure.clone());
         self.group.counters.elected();
         metrics::elected(&self.group.name);

@@ -150,5 +150,10 @@ pub(crate) fn current_id() -> Option<u64> {
 
 /// The runtime of this task, without initialising the global one.
 pub(crate) fn current_existing() -> Option<Runtime> {
-    scoped().or_else(|| GLOBAL.get().cloned())
+    scoped().or_else(|| existing().cloned())
+}
+
+/// The global runtime if it exists, without initialising it.
+pub(crate) fn existing() -> Option<&'static Runtime> {
+    GLOBAL.get()
 }

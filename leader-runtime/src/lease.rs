@@ -43,6 +43,12 @@ pub(crate) struct Tenure {
     ended: CancellationToken,
     /// Where fenced writes of this leadership go (set when it begins).
     pub(crate) fence: OnceLock<Arc<fence::Target>>,
+    /// When the view began (cron: look-back floor).
+    began: Instant,
+    /// Whether the view began after a safe start for lost or restored data
+    /// (no record, or one another server process wrote): work done under
+    /// earlier leaderships may have left no trace in the backend.
+    after_loss: bool,
 }
 
 impl Tenure {
@@ -54,7 +60,22 @@ impl Tenure {
             valid_until_ns: AtomicU64::new(nanos_since(base, valid_until)),
             ended: CancellationToken::new(),
             fence: OnceLock::new(),
+            began: Instant::now(),
+            after_loss: false,
         }
+    }
+
+    /// Mark a view that began after lost or restored data (see `after_loss`).
+    pub(crate) fn after_loss(mut self, after_loss: bool) -> Self {
+        self.after_loss = after_loss;
+        self
+    }
+
+    /// When the view began, and whether it began after lost or restored
+    /// data.
+    #[cfg_attr(not(feature = "cron"), allow(dead_code))]
+    pub(crate) fn began(&self) -> (Instant, bool) {
+        (self.began, self.after_loss)
     }
 
     /// True while the view is valid: not ended, and the clock is before its end.

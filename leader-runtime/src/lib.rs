@@ -384,22 +384,29 @@
 //! That runs each tick on whichever instance leads *when its clock reaches
 //! the tick*. Around a handover, or with host clocks a second apart, a tick
 //! can run on both the old and the new leader. When a tick must run at most
-//! once fleet-wide, use the `cron` feature's [`cron::job`](cron/fn.job.html): the leader claims
-//! each tick in Redis (`SET {prefix}:{<group>}:tick:<job>:<scheduled ms> NX
-//! PX …`) before running it, names ticks by their scheduled time so skewed
-//! clocks agree, and runs late a tick that fell between two leaders:
+//! once fleet-wide, use the `cron` feature's [`cron::JobBuilder`](cron/struct.JobBuilder.html):
+//! the leader claims each tick in Redis, in the same script that checks the
+//! lease is its own, names ticks by their scheduled time (UTC instants, in
+//! the job's time zone) so skewed clocks agree, skips a tick while a run is
+//! in flight, catches up or records missed ticks by a policy, and keeps a
+//! history of the last runs; the [`cron`](cron/index.html) module opens with
+//! its guarantees by fault:
 //!
 //! ```no_run
 //! # #[cfg(feature = "cron")]
 //! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+//! use leader_runtime::cron::{JobBuilder, Missed, Overlap};
 //! use tokio_cron_scheduler::JobScheduler;
 //!
 //! let scheduler = JobScheduler::new().await?;
-//! scheduler
-//!     .add(leader_runtime::cron::job("0 */5 * * * *", "reports", |tick| async move {
+//! let job = JobBuilder::new("0 */5 * * * *", "reports")
+//!     .name("hourly-report")
+//!     .overlap(Overlap::Skip)
+//!     .missed(Missed::Latest)
+//!     .build(|tick| async move {
 //!         println!("report for {:?} (token {})", tick.scheduled(), tick.lease().token());
-//!     })?)
-//!     .await?;
+//!     })?;
+//! scheduler.add(job).await?;
 //! scheduler.start().await?;
 //! # Ok(()) }
 //! ```
@@ -437,6 +444,11 @@
 //! | `leader_is_leader` | gauge | `group` | 1 while leading, 0 after a loss |
 //! | `leader_renew_seconds` | histogram | `group` | round trip of every renew call, whatever its outcome |
 //! | `leader_acquire_attempts_total` | counter | `group` | an acquire call was sent |
+//! | `leader_cron_runs_total` | counter | `group`, `job`, `outcome` | a cron tick's body ran here (`ok`, `error`, `panicked`, `cancelled`) |
+//! | `leader_cron_late_total` | counter | `group`, `job` | a cron tick ran later than its tolerance (a catch-up run) |
+//! | `leader_cron_skipped_total` | counter | `group`, `job` | a cron tick was skipped: a run of the job was in flight (`Overlap::Skip`) |
+//! | `leader_cron_missed_total` | counter | `group`, `job` | this leader recorded cron ticks as missed |
+//! | `leader_cron_run_seconds` | histogram | `group`, `job` | how long each cron run took |
 //!
 //! # Redis Sentinel
 //!
@@ -527,7 +539,7 @@
 //! | feature | what it adds |
 //! | --- | --- |
 //! | `metrics` | the metrics above, through the `metrics` facade |
-//! | `cron` | [`cron::job`](cron/fn.job.html): tokio-cron-scheduler jobs that run each tick once, on the leader |
+//! | `cron` | [`cron::JobBuilder`](cron/struct.JobBuilder.html): tokio-cron-scheduler jobs that run each tick at most once, on the leader, with overlap and missed-run policies, time zones and a history |
 //! | `tls` | `rediss://` URLs, through rustls |
 #![warn(missing_docs)]
 // On docs.rs: "Available on crate feature … only" on feature-gated items.

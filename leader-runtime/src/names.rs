@@ -69,13 +69,6 @@ impl GroupKeys {
     }
 }
 
-/// The key claiming one cron tick of `group` (`tick`: `<job name>:<unix ms>`),
-/// in the group's hash slot.
-#[cfg(feature = "cron")]
-pub(crate) fn tick_key(prefix: &str, group: &str, tick: &str) -> String {
-    format!("{prefix}:{{{group}}}:tick:{tick}")
-}
-
 /// The pub/sub channel on which releases of every group under `prefix` are announced.
 pub(crate) fn release_channel(prefix: &str) -> String {
     format!("{prefix}:released")
@@ -120,10 +113,11 @@ mod tests {
         assert_eq!(keys.lease, "leader:{cleanup}:lease");
         assert_eq!(keys.record, "leader:{cleanup}:token");
         #[cfg(feature = "cron")]
-        assert_eq!(
-            tick_key("leader", "cleanup", "purge:1700000000000"),
-            "leader:{cleanup}:tick:purge:1700000000000"
-        );
+        {
+            let job = crate::backend::cron::JobKeys::new("leader", "cleanup", "purge");
+            assert_eq!(job.job, "leader:{cleanup}:cron:purge");
+            assert_eq!(job.history, "leader:{cleanup}:cron-history:purge");
+        }
     }
 
     #[test]

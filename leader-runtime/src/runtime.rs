@@ -510,6 +510,10 @@ impl Runtime {
             .iter()
             .map(|g| g.status(self.instance_id()))
             .collect();
+        #[cfg(feature = "cron")]
+        for s in &mut status {
+            s.cron_jobs = crate::cron::jobs_of(self, &s.group);
+        }
         status.sort_by(|a, b| a.group.cmp(&b.group));
         status
     }
@@ -608,20 +612,11 @@ impl Runtime {
         Self::await_hand_over(&group, answer).await
     }
 
-    /// Claim cron tick `tick` of `group` fleet-wide (`SET NX PX ttl`);
-    /// true when this call claimed it.
+    /// What the cron module needs of this runtime: the backend, the
+    /// config (key prefix, ttl, call timeout).
     #[cfg(feature = "cron")]
-    pub(crate) async fn claim_tick(
-        &self,
-        group: &str,
-        tick: &str,
-        value: &str,
-        ttl: std::time::Duration,
-    ) -> Result<bool> {
-        let ctx = self.ctx();
-        let key = crate::names::tick_key(&ctx.config.key_prefix, group, tick);
-        let limit = ctx.config.call_timeout;
-        backend::within(group, limit, ctx.backend.claim(group, &key, value, ttl)).await
+    pub(crate) fn cron_ctx(&self) -> &Arc<crate::ctx::Ctx> {
+        self.ctx()
     }
 
     /// Release every held lease (after draining gated runs) and stop all

@@ -72,6 +72,11 @@ pub struct GroupStatus {
     /// until a newer one replaces it (so see `failing` for "right now"). Never
     /// contains credentials.
     pub last_error: Option<String>,
+    /// The group's cron jobs built on this runtime, each with the last runs
+    /// this instance saw through (feature `cron`; the fleet-wide history is
+    /// [`cron::history`](crate::cron::history())).
+    #[cfg(feature = "cron")]
+    pub cron_jobs: Vec<crate::cron::JobStatus>,
 }
 
 /// What the election tells the status page; written by the election task,
@@ -136,6 +141,8 @@ impl Observed {
             eligible,
             failing: state.failing,
             last_error: state.last_error.clone(),
+            #[cfg(feature = "cron")]
+            cron_jobs: Vec::new(),
         }
     }
 

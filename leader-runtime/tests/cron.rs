@@ -2,7 +2,7 @@
 //! `redis-server`, each with its own tokio-cron-scheduler firing a
 //! per-second job, the second instance's clock a second ahead; leadership
 //! moves a → b → a in the middle of seconds. Every tick runs exactly once,
-//! and each claim is a key in the group's hash slot that expires.
+//! and the history, fleet-wide, says so.
 #![cfg(feature = "cron")]
 
 use std::sync::{Arc, Mutex};
@@ -34,6 +34,7 @@ type Ran = Arc<Mutex<Vec<(&'static str, String)>>>;
 async fn scheduler(rt: &Runtime, host: &'static str, offset_ms: i64, ran: &Ran) -> JobScheduler {
     let ran = ran.clone();
     let job = JobBuilder::new("* * * * * *", G)
+        .name("tick")
         .runtime(rt)
         .clock_offset_ms(offset_ms)
         .build(move |tick| {
@@ -116,17 +117,29 @@ async fn each_tick_runs_once_across_skewed_clocks_and_handovers() {
         format!("every tick once, none missing: {ran:?}"),
     );
     server.check(ticks.len() >= 8, format!("ran long enough: {ran:?}"));
+    let last_tick = last;
 
-    // The claims: one key per tick, in the group's slot, with an expiry.
-    let (_, last_id) = ran.iter().max_by_key(|(_, id)| ms_of(id)).unwrap();
-    let key = format!("leader:{{{G}}}:tick:{last_id}");
-    match server.cmd(&["PTTL", &key]).await.unwrap() {
-        Reply::Integer(pttl) => server.check(
-            pttl > 60_000 && pttl <= 75_000,
-            format!("{key} expires in 3 × tolerance + 60 s: {pttl}"),
+    // The decisions: one hash per job, in the group's slot, no expiry; the
+    // history of the last runs (20 by default), fleet-wide.
+    match server
+        .cmd(&["HGET", &format!("leader:{{{G}}}:cron:tick"), "last"])
+        .await
+        .unwrap()
+    {
+        Reply::Bulk(last) => server.check(
+            last.parse::<i64>().ok() == Some(last_tick),
+            format!("the watermark is the last tick: {last:?}"),
         ),
-        other => server.fail(format!("PTTL {key}: {other:?}")),
+        other => server.fail(format!("HGET last: {other:?}")),
     }
+    let history = a.cron_history(G, "tick").await.unwrap();
+    server.check(history.len() == ticks.len().min(20), format!("{history:?}"));
+    server.check(
+        history
+            .iter()
+            .all(|r| r.outcome == leader_runtime::cron::Outcome::Ok),
+        format!("{history:?}"),
+    );
     a.shutdown().await;
     b.shutdown().await;
 }

@@ -14,6 +14,9 @@ use super::{Acquire, NoticeSink, Op, Renew, SafeStart};
 use crate::names::GroupKeys;
 use crate::{Error, Result};
 
+#[cfg(feature = "cron")]
+mod cron;
+
 /// An in-process lease store with the same semantics as the Redis backend
 /// (TTL, compare-and-set, fencing tokens, release notices), driven by tokio's
 /// clock so tests can pause and advance time.
@@ -69,9 +72,9 @@ struct State {
 struct Data {
     leases: HashMap<String, (String, Instant)>,
     records: HashMap<String, Record>,
-    /// Keys set with [`MemoryBackend::claim`] (`SET NX PX`), with their expiry.
+    /// Cron jobs' decisions and histories (see `memory/cron.rs`).
     #[cfg(feature = "cron")]
-    claims: HashMap<String, Instant>,
+    cron: cron::CronData,
     /// Keys written by fenced writes ([`crate::Fence`]).
     fenced: FencedKeys,
 }
@@ -481,25 +484,6 @@ impl MemoryBackend {
         self.check_available(group)?;
         let mut state = self.state();
         Ok(Self::live(&mut state, &keys.lease).map(|(h, _)| h.clone()))
-    }
-
-    #[cfg(feature = "cron")]
-    pub(super) fn claim(
-        &self,
-        group: &str,
-        key: &str,
-        _value: &str,
-        ttl: Duration,
-    ) -> Result<bool> {
-        self.check_available(group)?;
-        let now = Instant::now();
-        let claims = &mut self.state().data.claims;
-        claims.retain(|_, expires| *expires > now);
-        if claims.contains_key(key) {
-            return Ok(false);
-        }
-        claims.insert(key.to_owned(), now + ttl);
-        Ok(true)
     }
 
     pub(super) fn spawn_notices(

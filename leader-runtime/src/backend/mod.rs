@@ -7,6 +7,8 @@
 
 mod batch;
 pub(crate) mod fence;
+#[cfg(feature = "cron")]
+pub(crate) mod cron;
 mod memory;
 mod redis;
 mod sentinel;
@@ -163,22 +165,6 @@ impl Backend {
         match self {
             Backend::Redis(b) => b.holder(group, keys).await,
             Backend::Memory(b) => b.holder(group, keys),
-        }
-    }
-
-    /// Create `key` with `value`, expiring after `ttl`, unless it exists
-    /// (`SET NX PX`); returns whether this call created it.
-    #[cfg(feature = "cron")]
-    pub(crate) async fn claim(
-        &self,
-        group: &str,
-        key: &str,
-        value: &str,
-        ttl: Duration,
-    ) -> Result<bool> {
-        match self {
-            Backend::Redis(b) => b.claim(group, key, value, ttl).await,
-            Backend::Memory(b) => b.claim(group, key, value, ttl),
         }
     }
 

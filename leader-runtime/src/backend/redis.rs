@@ -26,6 +26,9 @@ use crate::names::GroupKeys;
 use crate::redact::redact_url;
 use crate::{Error, Result};
 
+#[cfg(feature = "cron")]
+mod cron;
+
 /// Where and how to reach Redis, as the config builder collected it.
 #[derive(Clone)]
 pub(crate) struct RedisConfig {
@@ -655,32 +658,6 @@ impl RedisBackend {
                 }
             }
         });
-    }
-
-    /// `SET key value NX PX ttl`: whether this call created the key (a cron
-    /// tick claim; see `crate::cron`).
-    #[cfg(feature = "cron")]
-    pub(super) async fn claim(
-        &self,
-        group: &str,
-        key: &str,
-        value: &str,
-        ttl: Duration,
-    ) -> Result<bool> {
-        let reply: Value = redis::cmd("SET")
-            .arg(key)
-            .arg(value)
-            .arg("NX")
-            .arg("PX")
-            .arg(millis(ttl))
-            .query_async(&mut self.conn.clone())
-            .await
-            .map_err(|e| backend_err(group, &e))?;
-        match reply {
-            Value::Okay => Ok(true),
-            Value::Nil => Ok(false),
-            other => Err(protocol_err(group, "SET NX", &other)),
-        }
     }
 }
 

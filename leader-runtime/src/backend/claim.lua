@@ -1,0 +1,119 @@
+-- claim: decide cron ticks of one job, for the leader that holds the lease:
+-- claim one to run, or record ticks that will not run (missed, skipped).
+-- KEYS[1]  lease key    (see acquire.lua)
+-- KEYS[2]  record key   (see record.lua)
+-- KEYS[3]  job key      (hash, no expiry):
+--            last         the latest tick decided (unix ms): every tick at or
+--                         before it ran, runs, or was recorded as not run
+--            claim        "<tick> <token>" of the latest tick claimed to run
+--            since        unix ms (the claimer's clock) from which this
+--                         server process has every decision of the job
+--                         (0: all of them)
+--            since_token  the token that may still claim ticks before `since`
+--            run          run_id of the server process that set `since`
+--            busy         "<tick> <token>" of a run in flight (overlap skip)
+--            busy_until   server unix ms until which `busy` holds
+-- KEYS[4]  history key  (list, newest first; entries as cron/history.rs reads them)
+-- ARGV[1]  our instance id
+-- ARGV[2]  our fencing token (decimal)
+-- ARGV[3]  the claimer's clock, unix ms
+-- ARGV[4]  'skip' (no tick starts while a run is busy) or 'allow'
+-- ARGV[5]  how long a claimed run stays busy unless kept alive, ms
+-- ARGV[6]  history length kept
+-- ARGV[7]  floor (unix ms, the claimer's clock): no decision before it can
+--          have been made since the lease record was (re)created, as far as
+--          the claimer knows (see cron.rs)
+-- ARGV[8..] pairs: tick (unix ms), 'run' or 'miss'; oldest first
+-- returns  {'lost'}  the lease is not ours (holder or token differ): nothing written
+--          else one word per tick:
+--            'claimed'  ours to run now
+--            'ours'     we claimed it before (a retry after a lost reply)
+--            'taken'    decided before (run or recorded) by someone
+--            'refused'  this server process cannot vouch that nobody ran it
+--                       (data restored or lost): recorded as missed
+--            'missed'   recorded as missed, as asked
+--            'busy'     a run is in flight: recorded as skipped (overlap)
+-- The lease record carries a field named after the job key once the job
+-- claimed under it: a record without it was created (first election, or
+-- after the data was lost) since the job's last claim, so its decisions
+-- before ARGV[7] may be lost with it.
+-- A job key written by another server process (restart from disk, failover,
+-- restore) may have lost decisions made after it was saved: ticks before
+-- the first claim seen by this process are refused, except to the leader
+-- of the saved key's last claim (if it still leads, it remembers what it ran
+-- itself since). A missing job key is new, or was lost with the lease
+-- record: then the new leader's view began after a safe start, and the
+-- leader never looks back before that (see cron.rs).
+if redis.replicate_commands then redis.replicate_commands() end
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {'lost'} end
+local rec, err = read_record(KEYS[2])
+if err then return redis.error_reply(err) end
+if rec == nil or rec.token ~= ARGV[2] then return {'lost'} end
+local now = server_now()
+local run = this_run()
+local token, clock = ARGV[2], ARGV[3]
+
+local f = redis.call('HMGET', KEYS[3], 'last', 'claim', 'since', 'since_token', 'run', 'busy', 'busy_until')
+local last, claim = tonumber(f[1]), f[2]
+local since, since_token = tonumber(f[3]) or 0, f[4]
+local marked = redis.call('HGET', KEYS[2], KEYS[3])
+if not marked then
+  since, since_token = tonumber(ARGV[7]) or 0, ''
+  redis.call('HSET', KEYS[2], KEYS[3], '1')
+  redis.call('HSET', KEYS[3], 'since', string.format('%d', since), 'since_token', since_token, 'run', run)
+elseif f[5] ~= run then
+  if f[5] then
+    -- Restored or promoted: decisions made after it was saved may be lost.
+    -- Only the leader of the saved claim, if it still leads, may look back.
+    since = tonumber(clock) or 0
+    since_token = claim and string.match(claim, ' (%d+)$') or ''
+  else
+    -- New (or lost with the lease record: the leader's own start bounds
+    -- its look-back then).
+    since, since_token = 0, ''
+  end
+  redis.call('HSET', KEYS[3], 'since', string.format('%d', since), 'since_token', since_token, 'run', run)
+end
+local busy = f[6]
+if busy and (tonumber(f[7]) or 0) <= now then busy = nil end
+
+local function record(tick, outcome)
+  redis.call('LPUSH', KEYS[4], table.concat({tick, token, clock, '0', outcome, ARGV[1], ''}, '\t'))
+end
+
+local out = {}
+for i = 8, #ARGV - 1, 2 do
+  local tick, mode = ARGV[i], ARGV[i + 1]
+  local t = tonumber(tick)
+  local r
+  if mode == 'run' and claim == tick .. ' ' .. token then
+    r = 'ours'
+  elseif t == nil or (last and t <= last) then
+    r = 'taken'
+  else
+    last = t
+    if t < since and token ~= since_token then
+      r = 'refused'
+      record(tick, 'missed')
+    elseif mode ~= 'run' then
+      r = 'missed'
+      record(tick, 'missed')
+    elseif ARGV[4] == 'skip' and busy then
+      r = 'busy'
+      record(tick, 'skipped-overlap')
+    else
+      r = 'claimed'
+      claim = tick .. ' ' .. token
+      redis.call('HSET', KEYS[3], 'claim', claim)
+      if ARGV[4] == 'skip' then
+        busy = claim
+        redis.call('HSET', KEYS[3], 'busy', busy,
+          'busy_until', string.format('%d', now + tonumber(ARGV[5])))
+      end
+    end
+  end
+  out[#out + 1] = r
+end
+if last then redis.call('HSET', KEYS[3], 'last', string.format('%d', last)) end
+redis.call('LTRIM', KEYS[4], 0, tonumber(ARGV[6]) - 1)
+return out

@@ -1,0 +1,138 @@
+//! The cron operations of the backends (feature `cron`): claim ticks under
+//! the lease, keep a run's busy mark alive, end a run, read a job's history.
+//! `claim.lua` and `cron_run.lua` are the Redis side; `memory/cron.rs` the
+//! same rules in memory.
+
+use std::time::Duration;
+
+use super::Backend;
+use crate::names::GroupKeys;
+use crate::Result;
+
+/// The keys of one cron job; all in the group's hash slot.
+#[derive(Debug, Clone)]
+pub(crate) struct JobKeys {
+    pub(crate) group: GroupKeys,
+    /// The job's decisions (hash, no expiry; see `claim.lua`).
+    pub(crate) job: String,
+    /// The job's last runs (list, newest first).
+    pub(crate) history: String,
+}
+
+impl JobKeys {
+    pub(crate) fn new(prefix: &str, group: &str, job: &str) -> Self {
+        Self {
+            group: GroupKeys::new(prefix, group),
+            job: format!("{prefix}:{{{group}}}:cron:{job}"),
+            history: format!("{prefix}:{{{group}}}:cron-history:{job}"),
+        }
+    }
+}
+
+/// What to do with one tick.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// Claim it to run now.
+    Run,
+    /// Record it as missed (it will not run).
+    Miss,
+}
+
+/// A claim request: ticks of one job, oldest first, at most one [`Mode::Run`]
+/// and that one last.
+#[derive(Debug)]
+pub(crate) struct ClaimRequest<'a> {
+    pub(crate) group: &'a str,
+    pub(crate) keys: &'a JobKeys,
+    pub(crate) id: &'a str,
+    pub(crate) token: u64,
+    /// The claimer's clock, unix ms.
+    pub(crate) clock_ms: i64,
+    /// Whether no tick may start while a run of the job is busy.
+    pub(crate) skip_overlap: bool,
+    pub(crate) busy_ttl: Duration,
+    pub(crate) history_len: usize,
+    /// No decision before this (unix ms, the claimer's clock) can have been
+    /// made since the lease record was (re)created; see `claim.lua`.
+    pub(crate) floor_ms: i64,
+    pub(crate) ticks: &'a [(i64, Mode)],
+}
+
+/// The answer for one tick; see `claim.lua`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Claimed {
+    New,
+    Ours,
+    Taken,
+    Refused,
+    Missed,
+    Busy,
+}
+
+impl Claimed {
+    pub(crate) fn from_script(word: &[u8]) -> Option<Self> {
+        Some(match word {
+            b"claimed" => Claimed::New,
+            b"ours" => Claimed::Ours,
+            b"taken" => Claimed::Taken,
+            b"refused" => Claimed::Refused,
+            b"missed" => Claimed::Missed,
+            b"busy" => Claimed::Busy,
+            _ => return None,
+        })
+    }
+}
+
+/// The busy mark of a run: `"<tick> <token>"`.
+pub(crate) fn busy_mark(tick_ms: i64, token: u64) -> String {
+    format!("{tick_ms} {token}")
+}
+
+impl Backend {
+    /// Decide `req.ticks`; `None` when the lease is not ours.
+    pub(crate) async fn cron_claim(&self, req: &ClaimRequest<'_>) -> Result<Option<Vec<Claimed>>> {
+        match self {
+            Backend::Redis(b) => b.cron_claim(req).await,
+            Backend::Memory(b) => b.cron_claim(req),
+        }
+    }
+
+    /// Extend the busy mark `mark` by `ttl` from now, if it is still the
+    /// job's; returns whether it was.
+    pub(crate) async fn cron_keep(
+        &self,
+        group: &str,
+        keys: &JobKeys,
+        mark: &str,
+        ttl: Duration,
+    ) -> Result<bool> {
+        match self {
+            Backend::Redis(b) => b.cron_keep(group, keys, mark, ttl).await,
+            Backend::Memory(b) => b.cron_keep(group, keys, mark, ttl),
+        }
+    }
+
+    /// End a run: clear its busy mark `mark` (if still the job's) and push
+    /// `entry` to the history, keeping `len` entries.
+    pub(crate) async fn cron_done(
+        &self,
+        group: &str,
+        keys: &JobKeys,
+        mark: &str,
+        entry: &str,
+        len: usize,
+    ) -> Result<()> {
+        match self {
+            Backend::Redis(b) => b.cron_done(group, keys, mark, entry, len).await,
+            Backend::Memory(b) => b.cron_done(group, keys, mark, entry, len),
+        }
+    }
+
+    /// The history entries of a job, newest first.
+    pub(crate) async fn cron_history(&self, group: &str, keys: &JobKeys) -> Result<Vec<String>> {
+        match self {
+            Backend::Redis(b) => b.cron_history(group, keys).await,
+            Backend::Memory(b) => b.cron_history(group, keys),
+        }
+    }
+}
