@@ -6,9 +6,9 @@
 //! release notices.
 
 mod batch;
-pub(crate) mod fence;
 #[cfg(feature = "cron")]
 pub(crate) mod cron;
+pub(crate) mod fence;
 mod memory;
 mod redis;
 mod sentinel;

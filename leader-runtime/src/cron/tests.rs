@@ -421,10 +421,12 @@ async fn no_tick_runs_twice_after_a_restore_from_a_snapshot() {
         job_a.fire_at(at(t + s, 100)).await;
     }
     mem.restore(&snapshot);
-    // a still leads after the restore (its lease was saved): it goes on,
-    // and remembers what it ran.
+    // a's lease is in the snapshot, but the restored server vouches for no
+    // record: a's next renew fails and a takes its own key back after a
+    // one-ttl safe start. It goes on, and remembers what it ran.
     tokio::time::sleep(Duration::from_millis(1100)).await;
-    assert!(a.is_leader(G));
+    assert!(!a.is_leader(G), "a renew on a restored record fails");
+    until_leader(&a).await;
     job_a.fire_at(at(t + 4, 100)).await;
     let b = instance(&mem, "b");
     let job_b = recording(wide(), &b, &ran, at(t, 0));
@@ -434,8 +436,12 @@ async fn no_tick_runs_twice_after_a_restore_from_a_snapshot() {
     for s in 5..8 {
         job_b.fire_at(at(t + s, 100)).await;
     }
+    // No tick ran twice. a's new leadership began after a safe start for
+    // restored data: the first ticks it decides (with a tolerance above the
+    // ttl) are refused rather than risk a repeat, so t+4 and t+5 did not run.
     let ms = |s: i64| format!("tick:{}", (t + s) * 1000);
-    assert_eq!(ids(&ran), (0..8).map(ms).collect::<Vec<_>>());
+    let expected: Vec<String> = [0, 1, 2, 3, 6, 7].into_iter().map(ms).collect();
+    assert_eq!(ids(&ran), expected);
 }
 
 #[tokio::test(start_paused = true)]
