@@ -98,4 +98,4 @@ pub(crate) fn renew_round_trip(_group: &str, _elapsed: std::time::Duration) {}
 pub(crate) fn acquire_attempt(_group: &str) {}
 
 #[cfg(all(test, feature = "metrics"))]
-mod tests;
+pub(crate) mod tests;

@@ -582,3 +582,62 @@ async fn outcomes_errors_and_panics_are_recorded() {
     let _ = Instant::now();
     let _ = sleep_until;
 }
+
+/// The per-job metrics (feature `metrics`): runs by outcome and their
+/// durations, read back through the test binary's debugging recorder.
+#[cfg(feature = "metrics")]
+#[tokio::test(start_paused = true)]
+async fn runs_are_counted_by_outcome_with_their_durations() {
+    use crate::metrics::tests::{counter, metrics_of, SERIAL};
+    use metrics_util::debugging::DebugValue;
+    use metrics_util::MetricKind;
+    const GM: &str = "cron-metrics";
+    let _serial = SERIAL.lock().await;
+    let _ = metrics_of(GM); // start from a clean snapshot
+    let rt = instance(&MemoryBackend::new(), "a");
+    assert!(rt.run_if_leader(GM, || async {}).await.is_some());
+    let t = base();
+    let mut job = JobBuilder::new(EVERY_SECOND, GM)
+        .name("flaky")
+        .tolerance(Duration::from_secs(1))
+        .runtime(&rt)
+        .prepare(|tick| async move {
+            match tick
+                .scheduled()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_secs()
+                % 3
+            {
+                0 => Ok(()),
+                1 => Err("no database"),
+                _ => panic!("boom"),
+            }
+        })
+        .unwrap();
+    job.created = at(t, 0);
+    for s in 0..3 {
+        job.fire_at(at(t + s, 100)).await;
+    }
+    let m = metrics_of(GM);
+    for outcome in ["ok", "error", "panicked"] {
+        assert_eq!(
+            counter(
+                &m,
+                "leader_cron_runs_total",
+                &[("job", "flaky"), ("outcome", outcome)]
+            ),
+            1,
+            "{outcome}: {m:?}"
+        );
+    }
+    let key = (
+        MetricKind::Histogram,
+        "leader_cron_run_seconds".to_owned(),
+        vec![("job".to_owned(), "flaky".to_owned())],
+    );
+    match m.get(&key) {
+        Some(DebugValue::Histogram(samples)) => assert_eq!(samples.len(), 3),
+        other => panic!("{other:?}"),
+    }
+}

@@ -15,7 +15,7 @@ use crate::test_support::{builder, start};
 use crate::{MemoryBackend, Runtime};
 
 /// Snapshots reset what they read: one metrics test at a time.
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+pub(crate) static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 fn snapshotter() -> &'static Snapshotter {
     static SNAPSHOTTER: OnceLock<Snapshotter> = OnceLock::new();
@@ -30,10 +30,10 @@ fn snapshotter() -> &'static Snapshotter {
 }
 
 /// One metric of `group`: (kind, name, sorted labels other than `group`).
-type Key = (MetricKind, String, Vec<(String, String)>);
+pub(crate) type Key = (MetricKind, String, Vec<(String, String)>);
 
 /// The metrics of `group` (snapshots are destructive: take one per test).
-fn metrics_of(group: &str) -> HashMap<Key, DebugValue> {
+pub(crate) fn metrics_of(group: &str) -> HashMap<Key, DebugValue> {
     snapshotter()
         .snapshot()
         .into_vec()
@@ -59,7 +59,7 @@ fn instance(mem: &MemoryBackend, id: &str) -> Runtime {
     start(builder(mem, id))
 }
 
-fn counter(m: &HashMap<Key, DebugValue>, name: &str, labels: &[(&str, &str)]) -> u64 {
+pub(crate) fn counter(m: &HashMap<Key, DebugValue>, name: &str, labels: &[(&str, &str)]) -> u64 {
     let labels = labels
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
