@@ -27,7 +27,7 @@ async fn scenario(fault: Fault) {
     let cfg = if fault.applies(false) {
         FleetConfig::new().proxied()
     } else {
-        FleetConfig::new().sentinel()
+        sentinel_fleet(ms(2000))
     };
     let mut fleet = Fleet::start(cfg.with_store()).await;
     let leader = fleet
@@ -179,6 +179,16 @@ async fn lagging_replica_promoted_by_sentinel_then_an_instance_joins() {
     scenario(Fault::ReplicaPromotionJoin).await;
 }
 
+/// A fleet on a Sentinel deployment whose leader's view outlives a
+/// promotion after a kill -9 of the primary (about 1.1 s for `SENTINEL
+/// FAILOVER`): a ttl of 2 s and renewals every 200 ms leave the old view at
+/// least 1.8 s after the kill.
+fn sentinel_fleet(ttl: Duration) -> FleetConfig {
+    let mut cfg = FleetConfig::with_ttl(ttl).sentinel();
+    cfg.renew = ms(200).min(ttl / 3);
+    cfg
+}
+
 /// Deletes the lease key if a fault left a hash or the foreign value in it.
 const CLEAN_KEY: &str = "local t = redis.call('TYPE', KEYS[1]).ok \
     if t ~= 'string' and t ~= 'none' then return redis.call('DEL', KEYS[1]) end \
@@ -196,12 +206,16 @@ fn env_u64(name: &str, default: u64) -> u64 {
 async fn random_mix() {
     let _serial = SERIAL.lock().await;
     let faults = env_u64("LEADER_CHAOS_FAULTS", 6);
-    let ttl = ms(env_u64("LEADER_CHAOS_TTL_MS", 1000));
+    // `LEADER_CHAOS_SENTINEL=1`: on a Sentinel deployment, with the faults
+    // that apply there (`Fault::SENTINEL`), ttl 2 s by default (see
+    // `sentinel_fleet`).
+    let sentinel = env_u64("LEADER_CHAOS_SENTINEL", 0) == 1;
+    let ttl = ms(env_u64(
+        "LEADER_CHAOS_TTL_MS",
+        if sentinel { 2000 } else { 1000 },
+    ));
     let seed = env_u64("LEADER_CHAOS_SEED", monotonic_now_ns() | 1);
     eprintln!("random_mix: {faults} faults, ttl {ttl:?}, LEADER_CHAOS_SEED={seed}");
-    // `LEADER_CHAOS_SENTINEL=1`: on a Sentinel deployment, with the faults
-    // that apply there (`Fault::SENTINEL`).
-    let sentinel = env_u64("LEADER_CHAOS_SENTINEL", 0) == 1;
     // `LEADER_CHAOS_ONLY=RedisRestart,Kill9Leader` narrows the mix.
     let only = std::env::var("LEADER_CHAOS_ONLY").ok();
     let kinds: Vec<Fault> = Fault::ALL

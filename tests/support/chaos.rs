@@ -643,11 +643,15 @@ pub async fn inject(
             // The old leader's view must have outlived the promotion: else
             // a new leader could start at once and still not overlap, and
             // the lagging record would be tested for nothing.
-            let (_, view_end) = fleet
+            let (why, view_end) = fleet
                 .history()
                 .windows_of(&leader_name)
                 .find(|w| w.token == leader_token)
-                .map(|w| (w.start, w.lost.as_ref().map_or(w.end, |l| l.1)))
+                .map(|w| {
+                    w.lost
+                        .clone()
+                        .unwrap_or_else(|| ("no `lost` line".to_owned(), w.end))
+                })
                 .ok_or("no window of the old leader")?;
             if view_end <= promotion.promoted_at {
                 return Err(format!(
@@ -656,10 +660,9 @@ pub async fn inject(
                 ));
             }
             detail = format!(
-                "{detail}; the old leader's view ended {:.0} ms after the promotion",
+                "{detail}; the old leader's view ended {:.0} ms after the promotion ({why})",
                 ns_to_ms(view_end - promotion.promoted_at)
             );
-            let _ = promotion.promoted;
             restore_replica(fleet, promotion.killed).await?;
         }
     }
@@ -691,8 +694,7 @@ struct Promotion {
     /// When the first sentinel announced the new master (`+switch-master`):
     /// from then on instances that resolve the master find the replica.
     promoted_at: u64,
-    /// The node promoted, and the one killed.
-    promoted: usize,
+    /// The node killed (the old primary).
     killed: usize,
     detail: String,
 }
@@ -808,7 +810,9 @@ async fn promote_lagging_replica(fleet: &mut Fleet) -> Result<Promotion, String>
     let (deployment, _) = fleet.sentinel().ok_or("needs a Sentinel fleet")?;
     let promoted = deployment.failover().await.map_err(err)?;
     if promoted != replica {
-        return Err(format!("the sentinels promoted node {promoted}, not {replica}"));
+        return Err(format!(
+            "the sentinels promoted node {promoted}, not {replica}"
+        ));
     }
     let new_port = format!(" {}", deployment.node(replica).port());
     let switched = tokio::time::timeout(PATIENCE, async {
@@ -828,7 +832,6 @@ async fn promote_lagging_replica(fleet: &mut Fleet) -> Result<Promotion, String>
     fleet.set_master(promoted);
     Ok(Promotion {
         promoted_at,
-        promoted,
         killed: master,
         detail: format!(
             "the replica's `until` {lag} ms behind, its lease key gone (the primary's: {pttl_primary} ms left); \

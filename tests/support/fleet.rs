@@ -163,7 +163,7 @@ pub enum Backend {
     Standalone(RedisServer),
     /// A Sentinel deployment, and which of its nodes is the master now.
     Sentinel {
-        deployment: RedisSentinel,
+        deployment: Box<RedisSentinel>,
         master: usize,
     },
 }
@@ -202,7 +202,14 @@ impl Fleet {
                 .master()
                 .await
                 .expect("the sentinels name a master");
-            return Self::start_with(cfg, Backend::Sentinel { deployment, master }).await;
+            return Self::start_with(
+                cfg,
+                Backend::Sentinel {
+                    deployment: Box::new(deployment),
+                    master,
+                },
+            )
+            .await;
         }
         let redis = RedisServer::start().await.expect("redis-server starts");
         Self::start_on(cfg, redis).await
