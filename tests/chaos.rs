@@ -241,13 +241,12 @@ async fn random_mix() {
     // Seeded from the environment or the clock (printed).
     let mut rng = XorShift::new(seed);
     let started = std::time::Instant::now();
-    let cfg = FleetConfig::with_ttl(ttl).with_store();
     let cfg = if sentinel {
-        cfg.sentinel()
+        sentinel_fleet(ttl)
     } else {
-        cfg.proxied()
+        FleetConfig::with_ttl(ttl).proxied()
     };
-    let mut fleet = Fleet::start(cfg).await;
+    let mut fleet = Fleet::start(cfg.with_store()).await;
     let mut recoveries: BTreeMap<Fault, Vec<Duration>> = BTreeMap::new();
     let mut slowest: Vec<(Duration, Fault, String)> = Vec::new();
     let mut counts: BTreeMap<Fault, usize> = BTreeMap::new();
