@@ -19,11 +19,17 @@ use support::chaos::{check_fencing, heal_memory, inject, percentile, Fault};
 use support::fleet::{Fleet, FleetConfig};
 use support::{ms, SERIAL};
 
-/// Start a proxied fleet with a store, settle it, inject `fault`, settle
-/// again, stop every process and check safety and fencing.
+/// Start a proxied fleet with a store (or one on a Sentinel deployment for
+/// the faults that need it), settle it, inject `fault`, settle again, stop
+/// every process and check safety and fencing.
 async fn scenario(fault: Fault) {
     let _serial = SERIAL.lock().await;
-    let mut fleet = Fleet::start(FleetConfig::new().proxied().with_store()).await;
+    let cfg = if fault.applies(false) {
+        FleetConfig::new().proxied()
+    } else {
+        sentinel_fleet(ms(2000))
+    };
+    let mut fleet = Fleet::start(cfg.with_store()).await;
     let leader = fleet
         .settle(ms(10_000))
         .await
@@ -163,6 +169,26 @@ async fn redis_restart_from_an_aof_that_lost_its_tail_then_an_instance_joins() {
     scenario(Fault::AofRestoreJoin).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lagging_replica_promoted_by_sentinel() {
+    scenario(Fault::ReplicaPromotion).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lagging_replica_promoted_by_sentinel_then_an_instance_joins() {
+    scenario(Fault::ReplicaPromotionJoin).await;
+}
+
+/// A fleet on a Sentinel deployment whose leader's view outlives a
+/// promotion after a kill -9 of the primary (about 1.1 s for `SENTINEL
+/// FAILOVER`): a ttl of 2 s and renewals every 200 ms leave the old view at
+/// least 1.8 s after the kill.
+fn sentinel_fleet(ttl: Duration) -> FleetConfig {
+    let mut cfg = FleetConfig::with_ttl(ttl).sentinel();
+    cfg.renew = ms(200).min(ttl / 3);
+    cfg
+}
+
 /// Deletes the lease key if a fault left a hash or the foreign value in it.
 const CLEAN_KEY: &str = "local t = redis.call('TYPE', KEYS[1]).ok \
     if t ~= 'string' and t ~= 'none' then return redis.call('DEL', KEYS[1]) end \
@@ -180,22 +206,47 @@ fn env_u64(name: &str, default: u64) -> u64 {
 async fn random_mix() {
     let _serial = SERIAL.lock().await;
     let faults = env_u64("LEADER_CHAOS_FAULTS", 6);
-    let ttl = ms(env_u64("LEADER_CHAOS_TTL_MS", 1000));
+    // `LEADER_CHAOS_SENTINEL=1`: on a Sentinel deployment, with the faults
+    // that apply there (`Fault::SENTINEL`), ttl 2 s by default (see
+    // `sentinel_fleet`).
+    let sentinel = env_u64("LEADER_CHAOS_SENTINEL", 0) == 1;
+    let ttl = ms(env_u64(
+        "LEADER_CHAOS_TTL_MS",
+        if sentinel { 2000 } else { 1000 },
+    ));
     let seed = env_u64("LEADER_CHAOS_SEED", monotonic_now_ns() | 1);
     eprintln!("random_mix: {faults} faults, ttl {ttl:?}, LEADER_CHAOS_SEED={seed}");
     // `LEADER_CHAOS_ONLY=RedisRestart,Kill9Leader` narrows the mix.
-    let kinds: Vec<Fault> = match std::env::var("LEADER_CHAOS_ONLY") {
-        Ok(only) => Fault::ALL
-            .into_iter()
-            .filter(|f| only.split(',').any(|o| o.trim() == f.to_string()))
-            .collect(),
-        Err(_) => Fault::ALL.to_vec(),
-    };
-    assert!(!kinds.is_empty(), "LEADER_CHAOS_ONLY names no fault");
+    let only = std::env::var("LEADER_CHAOS_ONLY").ok();
+    let kinds: Vec<Fault> = Fault::ALL
+        .into_iter()
+        .filter(|f| f.applies(sentinel))
+        .filter(|f| {
+            only.as_ref()
+                .is_none_or(|o| o.split(',').any(|o| o.trim() == f.to_string()))
+        })
+        .collect();
+    assert!(
+        !kinds.is_empty(),
+        "LEADER_CHAOS_ONLY names no fault of this fleet"
+    );
+    eprintln!(
+        "random_mix: on {}",
+        if sentinel {
+            "a Sentinel deployment"
+        } else {
+            "one redis-server"
+        }
+    );
     // Seeded from the environment or the clock (printed).
     let mut rng = XorShift::new(seed);
     let started = std::time::Instant::now();
-    let mut fleet = Fleet::start(FleetConfig::with_ttl(ttl).proxied().with_store()).await;
+    let cfg = if sentinel {
+        sentinel_fleet(ttl)
+    } else {
+        FleetConfig::with_ttl(ttl).proxied()
+    };
+    let mut fleet = Fleet::start(cfg.with_store()).await;
     let mut recoveries: BTreeMap<Fault, Vec<Duration>> = BTreeMap::new();
     let mut slowest: Vec<(Duration, Fault, String)> = Vec::new();
     let mut counts: BTreeMap<Fault, usize> = BTreeMap::new();
@@ -237,7 +288,7 @@ async fn random_mix() {
                         fleet.spawn(slot);
                     }
                 }
-                if fleet.redis().pid().is_none() {
+                if fleet.sentinel().is_none() && fleet.redis().pid().is_none() {
                     let _ = fleet.redis_mut().start_again().await;
                 }
                 // Lift a memory limit an eviction fault left, with its filler.

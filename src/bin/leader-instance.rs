@@ -28,7 +28,8 @@
 //!
 //! | variable | meaning | default |
 //! | --- | --- | --- |
-//! | `LEADER_REDIS_URL` | Redis to elect on | required |
+//! | `LEADER_REDIS_URL` | Redis to elect on | required, unless a Sentinel is set |
+//! | `LEADER_REDIS_SENTINEL_MASTER`, `LEADER_REDIS_SENTINEL_URLS` | elect on the master these sentinels (comma-separated URLs) name | none |
 //! | `INSTANCE_ID` | the instance id in the lease | `instance-<pid>` |
 //! | `TTL_MS`, `RENEW_MS`, `RETRY_MS`, `CALL_TIMEOUT_MS` | [`Config`] | 1000, 200, 200, library default |
 //! | `GROUP` | the group | `chaos` (through `#[leader_only]`) |
@@ -417,14 +418,23 @@ async fn instance() -> i32 {
 }
 
 async fn run() -> Result<(), String> {
-    let url = std::env::var("LEADER_REDIS_URL").map_err(|_| "LEADER_REDIS_URL is not set")?;
     let instance_id =
         std::env::var("INSTANCE_ID").unwrap_or_else(|_| format!("instance-{}", std::process::id()));
     let group = std::env::var("GROUP").unwrap_or_else(|_| DEFAULT_GROUP.to_owned());
     let tick_every = env_ms("TICK_MS", Some(50))?.unwrap_or_default();
     let stats_every = env_ms("STATS_MS", None)?;
-    let mut config = Config::builder()
-        .redis_url(url)
+    // A Sentinel deployment when its master name is set, else one URL.
+    let config = match std::env::var("LEADER_REDIS_SENTINEL_MASTER") {
+        Ok(master) if !master.is_empty() => {
+            let urls = std::env::var("LEADER_REDIS_SENTINEL_URLS")
+                .map_err(|_| "LEADER_REDIS_SENTINEL_URLS is not set")?;
+            Config::builder().redis_sentinel(master, urls.split(',').map(str::to_owned))
+        }
+        _ => Config::builder().redis_url(
+            std::env::var("LEADER_REDIS_URL").map_err(|_| "LEADER_REDIS_URL is not set")?,
+        ),
+    };
+    let mut config = config
         .instance_id(instance_id.clone())
         .ttl(env_ms("TTL_MS", Some(1000))?.unwrap_or_default())
         .renew_interval(env_ms("RENEW_MS", Some(200))?.unwrap_or_default())

@@ -420,6 +420,15 @@ impl RedisSentinel {
     /// Breaks node 1's replication link: current link connections are reset
     /// and new ones refused until [`heal_replication`](Self::heal_replication).
     /// The replica reports `master_link_status:down` at once.
+    ///
+    /// Only while the link still runs through the proxy: Sentinel repoints
+    /// a replica whose master address is not the monitored one
+    /// (`+fix-slave-config`, `failover-timeout` after it notices, about 5 s
+    /// after the start by default), after which this cuts nothing. For a
+    /// cut that works in any topology, send the replica `REPLICAOF` a port
+    /// nobody listens on (its data stays, the link is down, Sentinel undoes
+    /// it `failover-timeout` after it notices), as the chaos suite's
+    /// lagging-replica fault does.
     pub async fn cut_replication(&self) {
         self.link.refuse(true);
         self.link.reset_all().await;

@@ -65,10 +65,40 @@ pub enum Fault {
     AofRestore,
     /// As [`AofRestore`](Self::AofRestore), and a new instance joins.
     AofRestoreJoin,
+    /// Sentinel fleets only: cut the replica's replication link for
+    /// 2 × ttl, then `SENTINEL FAILOVER` to it (a lagging replica promoted,
+    /// without the renewals of the last 2 × ttl); Sentinel demotes the old
+    /// primary some seconds later and disconnects its clients.
+    ReplicaPromotion,
+    /// As [`ReplicaPromotion`](Self::ReplicaPromotion), and a new instance
+    /// joins once the old primary is demoted.
+    ReplicaPromotionJoin,
 }
 
 impl Fault {
-    pub const ALL: [Fault; 20] = [
+    /// The faults a fleet on a Sentinel deployment takes (no proxies, and
+    /// a killed master would be failed over, not restarted).
+    pub const SENTINEL: [Fault; 7] = [
+        Fault::Kill9Leader,
+        Fault::SigtermLeader,
+        Fault::SigstopLeader,
+        Fault::DelLease,
+        Fault::DelLeaseJoin,
+        Fault::ReplicaPromotion,
+        Fault::ReplicaPromotionJoin,
+    ];
+
+    /// Whether a fleet on one `redis-server` (`false`) or on a Sentinel
+    /// deployment (`true`) takes this fault.
+    pub fn applies(self, sentinel: bool) -> bool {
+        if sentinel {
+            Fault::SENTINEL.contains(&self)
+        } else {
+            !matches!(self, Fault::ReplicaPromotion | Fault::ReplicaPromotionJoin)
+        }
+    }
+
+    pub const ALL: [Fault; 22] = [
         Fault::Kill9Leader,
         Fault::SigtermLeader,
         Fault::SigstopLeader,
@@ -89,6 +119,8 @@ impl Fault {
         Fault::RdbRestoreJoin,
         Fault::AofRestore,
         Fault::AofRestoreJoin,
+        Fault::ReplicaPromotion,
+        Fault::ReplicaPromotionJoin,
     ];
 
     /// Whether the fault deletes the leader's lease key behind its back
@@ -106,6 +138,8 @@ impl Fault {
                 | Fault::RdbRestoreJoin
                 | Fault::AofRestore
                 | Fault::AofRestoreJoin
+                | Fault::ReplicaPromotion
+                | Fault::ReplicaPromotionJoin
         )
     }
 
@@ -120,6 +154,7 @@ impl Fault {
                 | Fault::EvictVolatileLruJoin
                 | Fault::RdbRestoreJoin
                 | Fault::AofRestoreJoin
+                | Fault::ReplicaPromotionJoin
         )
     }
 
@@ -134,6 +169,8 @@ impl Fault {
     /// A restore from disk is like a restart: the record is not vouched
     /// for by the new server process, so the first acquisition after it
     /// (within `retry_interval` of Redis answering) waits one full ttl.
+    /// So is a promoted replica, from when Sentinel demotes the old primary
+    /// and disconnects its clients (until then they keep using it).
     pub fn bound(self, fleet: &Fleet) -> Option<Duration> {
         let (ttl, renew) = (fleet.cfg.ttl, fleet.cfg.renew);
         match self {
@@ -149,7 +186,9 @@ impl Fault {
             Fault::RdbRestore
             | Fault::RdbRestoreJoin
             | Fault::AofRestore
-            | Fault::AofRestoreJoin => Some(ttl + renew),
+            | Fault::AofRestoreJoin
+            | Fault::ReplicaPromotion
+            | Fault::ReplicaPromotionJoin => Some(ttl + renew),
             Fault::SigtermLeader => Some(Duration::from_millis(100)),
             Fault::RedisRestart
             | Fault::RedisDown
@@ -593,6 +632,39 @@ pub async fn inject(
             );
             recovered_after!(back, format!("Redis restarted from the AOF ({detail})"));
         }
+        Fault::ReplicaPromotion | Fault::ReplicaPromotionJoin => {
+            let promotion = promote_lagging_replica(fleet).await?;
+            detail = promotion.detail;
+            join!();
+            recovered_after!(
+                promotion.promoted_at,
+                format!("the lagging replica was promoted ({detail})")
+            );
+            // The old leader's view must have outlived the promotion: else
+            // a new leader could start at once and still not overlap, and
+            // the lagging record would be tested for nothing.
+            let (why, view_end) = fleet
+                .history()
+                .windows_of(&leader_name)
+                .find(|w| w.token == leader_token)
+                .map(|w| {
+                    w.lost
+                        .clone()
+                        .unwrap_or_else(|| ("no `lost` line".to_owned(), w.end))
+                })
+                .ok_or("no window of the old leader")?;
+            if view_end <= promotion.promoted_at {
+                return Err(format!(
+                    "the old leader's view ended {:.0} ms before the promotion: nothing to overlap ({detail})",
+                    ns_to_ms(promotion.promoted_at - view_end)
+                ));
+            }
+            detail = format!(
+                "{detail}; the old leader's view ended {:.0} ms after the promotion ({why})",
+                ns_to_ms(view_end - promotion.promoted_at)
+            );
+            restore_replica(fleet, promotion.killed).await?;
+        }
     }
     if let Some(slot) = joiner {
         fleet.wait_ready(slot).await;
@@ -616,6 +688,190 @@ pub async fn inject(
         detail,
     })
 }
+
+/// What [`promote_lagging_replica`] did.
+struct Promotion {
+    /// When the first sentinel announced the new master (`+switch-master`):
+    /// from then on instances that resolve the master find the replica.
+    promoted_at: u64,
+    /// The node killed (the old primary).
+    killed: usize,
+    detail: String,
+}
+
+/// On a Sentinel fleet: wait until the replica is in sync, cut its
+/// replication link for 2 × ttl, check that it lacks what the primary got
+/// meanwhile (the lease key expired there, the record's `until` at least
+/// one ttl behind), kill -9 the primary, force a failover to the replica
+/// (`SENTINEL FAILOVER`) and note when the first sentinel switches.
+///
+/// The cut is `REPLICAOF` a port nobody listens on, sent to the replica (to
+/// it, a network cut: link down, reconnects refused; its data stays). The
+/// harness's proxied link ([`RedisSentinel::cut_replication`]) is bypassed
+/// once Sentinel repoints the replica at the primary itself, seconds after
+/// the start. Sentinel repoints this one too, but only `failover-timeout`
+/// after it noticed (the fleet sets it above 2 × ttl).
+///
+/// The primary is killed, not demoted: after a forced failover with the
+/// old primary alive, Sentinel demotes it only some seconds later, and an
+/// instance connected to it keeps renewing there meanwhile: two primaries,
+/// which no lease on Redis can prevent. Killed, the old leader's view runs
+/// on for up to a ttl from its last renew, so the promotion falls within
+/// it (checked by the caller): a new leader on the lagging record must
+/// wait, or two lead.
+async fn promote_lagging_replica(fleet: &mut Fleet) -> Result<Promotion, String> {
+    let err = |e: std::io::Error| e.to_string();
+    let ttl = fleet.cfg.ttl;
+    let lease_key = fleet.lease_key();
+    let (deployment, master) = fleet.sentinel().ok_or("needs a Sentinel fleet")?;
+    let replica = 1 - master;
+    deployment
+        .wait_in_sync(master, replica, PATIENCE)
+        .await
+        .map_err(err)?;
+    // Every sentinel's announcements of a new master, from now on.
+    let (switched_tx, mut switched_rx) = tokio::sync::mpsc::channel(8);
+    let mut listeners = tokio::task::JoinSet::new();
+    for sentinel in deployment.sentinels() {
+        let mut conn = sentinel.connect().await.map_err(err)?;
+        tokio::time::timeout(CMD_TIMEOUT, conn.cmd(&["SUBSCRIBE", "+switch-master"]))
+            .await
+            .map_err(|_| "SUBSCRIBE +switch-master: no reply".to_owned())?
+            .map_err(err)?;
+        let tx = switched_tx.clone();
+        listeners.spawn(async move {
+            while let Ok(reply) = conn.read_reply().await {
+                if let Reply::Array(m) = reply {
+                    if m.len() == 3 && m[0] == "message" {
+                        let what = m[2].as_str().unwrap_or_default().to_owned();
+                        let _ = tx.send((monotonic_now_ns(), what)).await;
+                    }
+                }
+            }
+        });
+    }
+    let nowhere = leader_testkit::free_port().map_err(err)?.to_string();
+    let cut = monotonic_now_ns();
+    deployment
+        .node(replica)
+        .cmd(&["REPLICAOF", "127.0.0.1", &nowhere])
+        .await
+        .map_err(err)?
+        .ok()
+        .map_err(err)?;
+    // The fault's duration, not a synchronisation.
+    sleep_until_ns(after(cut, 2 * ttl)).await;
+    // The replica lacks the renewals of the cut: its lease key expired
+    // (a replica answers an expired key as missing), the primary's lives,
+    // and its record's `until` is behind the primary's by at least a ttl.
+    let until = |node: usize| async move {
+        let reply = deployment
+            .node(node)
+            .cmd(&["HGET", RECORD_KEY, "until"])
+            .await
+            .map_err(err)?;
+        reply
+            .as_str()
+            .and_then(|v| v.parse::<u64>().ok())
+            .ok_or_else(|| format!("node {node}: no `until` in {RECORD_KEY}: {reply:?}"))
+    };
+    let pttl = |node: usize| async move {
+        let reply = deployment
+            .node(node)
+            .cmd(&["PTTL", lease_key])
+            .await
+            .map_err(err)?;
+        match reply {
+            Reply::Integer(n) => Ok(n),
+            other => Err(format!("node {node}: PTTL {lease_key}: {other:?}")),
+        }
+    };
+    let link = deployment
+        .node(replica)
+        .info_field("replication", "master_link_status")
+        .await
+        .map_err(err)?;
+    let (on_primary, on_replica) = (until(master).await?, until(replica).await?);
+    let (pttl_primary, pttl_replica) = (pttl(master).await?, pttl(replica).await?);
+    let lag = on_primary.saturating_sub(on_replica);
+    if link.as_deref() != Some("down")
+        || lag < ttl.as_millis() as u64
+        || pttl_primary <= 0
+        || pttl_replica != -2
+    {
+        return Err(format!(
+            "the replica does not lag after a cut of {:?}: link {link:?}, `until` {lag} ms \
+             behind, PTTL of the lease {pttl_primary} on the primary, {pttl_replica} on the replica",
+            2 * ttl
+        ));
+    }
+    let killed_at = monotonic_now_ns();
+    fleet.redis_mut().kill().await.map_err(err)?;
+    let (deployment, _) = fleet.sentinel().ok_or("needs a Sentinel fleet")?;
+    let promoted = deployment.failover().await.map_err(err)?;
+    if promoted != replica {
+        return Err(format!(
+            "the sentinels promoted node {promoted}, not {replica}"
+        ));
+    }
+    let new_port = format!(" {}", deployment.node(replica).port());
+    let switched = tokio::time::timeout(PATIENCE, async {
+        while let Some((at, what)) = switched_rx.recv().await {
+            if what.ends_with(&new_port) {
+                return Some(at);
+            }
+        }
+        None
+    })
+    .await;
+    listeners.abort_all();
+    let promoted_at = switched
+        .ok()
+        .flatten()
+        .ok_or("no sentinel announced +switch-master to the replica")?;
+    fleet.set_master(promoted);
+    Ok(Promotion {
+        promoted_at,
+        killed: master,
+        detail: format!(
+            "the replica's `until` {lag} ms behind, its lease key gone (the primary's: {pttl_primary} ms left); \
+             primary killed {:.0} ms after the cut, replica promoted {:.0} ms after the kill",
+            ns_to_ms(killed_at - cut),
+            ns_to_ms(promoted_at.saturating_sub(killed_at))
+        ),
+    })
+}
+
+/// Starts the node a [`promote_lagging_replica`] killed again, as a replica
+/// of the new master (it starts empty; the sentinels name the new master
+/// throughout, so no instance reaches it before its `REPLICAOF`), and
+/// waits until it is in sync, ready for the next fault.
+pub async fn restore_replica(fleet: &mut Fleet, killed: usize) -> Result<(), String> {
+    let err = |e: std::io::Error| e.to_string();
+    let Some((_, master)) = fleet.sentinel() else {
+        return Ok(());
+    };
+    let node = fleet.sentinel_node_mut(killed);
+    if node.pid().is_none() {
+        node.start_again().await.map_err(err)?;
+    }
+    let (deployment, _) = fleet.sentinel().ok_or("needs a Sentinel fleet")?;
+    let port = deployment.node(master).port().to_string();
+    deployment
+        .node(killed)
+        .cmd(&["REPLICAOF", "127.0.0.1", &port])
+        .await
+        .map_err(err)?
+        .ok()
+        .map_err(err)?;
+    deployment
+        .wait_in_sync(master, killed, PATIENCE)
+        .await
+        .map_err(err)
+}
+
+/// The token record of the fleet's group (v2: a hash).
+const RECORD_KEY: &str = "leader:{chaos}:token";
 
 /// When and how the lease key was evicted.
 struct Eviction {

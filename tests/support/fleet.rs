@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use std::io;
 use std::time::Duration;
 
-use leader_testkit::{monotonic_now_ns, ChildProcess, FaultProxy, RedisServer};
+use leader_testkit::{monotonic_now_ns, ChildProcess, FaultProxy, RedisSentinel, RedisServer};
 use tokio::process::Command;
 use tokio::task::JoinSet;
 
@@ -29,6 +29,9 @@ pub struct FleetConfig {
     pub proxied: bool,
     /// Start a [`FencedStore`] and have every gated body write to it.
     pub store: bool,
+    /// Elect on a Sentinel deployment (a primary, a replica, three
+    /// sentinels) instead of one server; not with `proxied`.
+    pub sentinel: bool,
     pub env: Vec<(String, String)>,
 }
 
@@ -57,12 +60,20 @@ impl FleetConfig {
             body: Duration::from_millis(10),
             proxied: false,
             store: false,
+            sentinel: false,
             env: Vec::new(),
         }
     }
 
     pub fn proxied(mut self) -> Self {
         self.proxied = true;
+        self
+    }
+
+    /// Elect on a Sentinel deployment: instances find the master through
+    /// the sentinels (`LEADER_REDIS_SENTINEL_*`), with no proxy.
+    pub fn sentinel(mut self) -> Self {
+        self.sentinel = true;
         self
     }
 
@@ -150,6 +161,11 @@ pub fn index_after(lines: &[String], t_ns: u64) -> usize {
 pub enum Backend {
     /// One `redis-server` (reached through the proxies when proxied).
     Standalone(RedisServer),
+    /// A Sentinel deployment, and which of its nodes is the master now.
+    Sentinel {
+        deployment: Box<RedisSentinel>,
+        master: usize,
+    },
 }
 
 pub struct Fleet {
@@ -172,13 +188,40 @@ impl Fleet {
     /// Starts Redis, the proxies and store if configured, and every
     /// instance; waits until each printed `ready`.
     pub async fn start(cfg: FleetConfig) -> Fleet {
+        if cfg.sentinel {
+            assert!(!cfg.proxied, "a Sentinel fleet has no proxies");
+            // Sentinel repoints a replica cut off by `REPLICAOF` elsewhere
+            // (the lagging-replica fault) `failover-timeout` after it
+            // notices: longer than the fault's cut of 2 × ttl.
+            let deployment = RedisSentinel::builder()
+                .failover_timeout((cfg.ttl * 4).max(Duration::from_secs(5)))
+                .start()
+                .await
+                .expect("the Sentinel deployment starts");
+            let master = deployment
+                .master()
+                .await
+                .expect("the sentinels name a master");
+            return Self::start_with(
+                cfg,
+                Backend::Sentinel {
+                    deployment: Box::new(deployment),
+                    master,
+                },
+            )
+            .await;
+        }
         let redis = RedisServer::start().await.expect("redis-server starts");
         Self::start_on(cfg, redis).await
     }
 
     pub async fn start_on(cfg: FleetConfig, redis: RedisServer) -> Fleet {
+        Self::start_with(cfg, Backend::Standalone(redis)).await
+    }
+
+    async fn start_with(cfg: FleetConfig, backend: Backend) -> Fleet {
         let mut proxies = Vec::new();
-        if cfg.proxied {
+        if let (true, Backend::Standalone(redis)) = (cfg.proxied, &backend) {
             for _ in 0..cfg.instances {
                 proxies.push(FaultProxy::start(redis.addr()).await.expect("proxy starts"));
             }
@@ -191,7 +234,7 @@ impl Fleet {
         let mut fleet = Fleet {
             live: vec![None; cfg.instances],
             cfg,
-            backend: Backend::Standalone(redis),
+            backend,
             proxies,
             store,
             members: Vec::new(),
@@ -207,10 +250,12 @@ impl Fleet {
         fleet
     }
 
-    /// The Redis server the instances use now: the standalone server.
+    /// The Redis server the instances use now: the standalone server, or
+    /// the Sentinel deployment's master.
     pub fn redis(&self) -> &RedisServer {
         match &self.backend {
             Backend::Standalone(redis) => redis,
+            Backend::Sentinel { deployment, master } => deployment.node(*master),
         }
     }
 
@@ -218,6 +263,34 @@ impl Fleet {
     pub fn redis_mut(&mut self) -> &mut RedisServer {
         match &mut self.backend {
             Backend::Standalone(redis) => redis,
+            Backend::Sentinel { deployment, master } => deployment.node_mut(*master),
+        }
+    }
+
+    /// The Sentinel deployment and its master node, if the fleet has one.
+    pub fn sentinel(&self) -> Option<(&RedisSentinel, usize)> {
+        match &self.backend {
+            Backend::Standalone(_) => None,
+            Backend::Sentinel { deployment, master } => Some((deployment, *master)),
+        }
+    }
+
+    /// Data node `i` of the Sentinel deployment.
+    ///
+    /// # Panics
+    ///
+    /// If the fleet has no Sentinel deployment.
+    pub fn sentinel_node_mut(&mut self, i: usize) -> &mut RedisServer {
+        match &mut self.backend {
+            Backend::Sentinel { deployment, .. } => deployment.node_mut(i),
+            Backend::Standalone(_) => panic!("not a Sentinel fleet"),
+        }
+    }
+
+    /// Note that the sentinels promoted `node`.
+    pub fn set_master(&mut self, node: usize) {
+        if let Backend::Sentinel { master, .. } = &mut self.backend {
+            *master = node;
         }
     }
 
@@ -240,7 +313,15 @@ impl Fleet {
         self.generation += 1;
         let name = format!("i{slot}-{}", self.generation);
         let store = self.store.as_ref().map(|s| s.addr().to_string());
-        let cmd = instance_command(&self.cfg, &name, &self.url_for(slot), store.as_deref());
+        let mut cmd = instance_command(&self.cfg, &name, &self.url_for(slot), store.as_deref());
+        if let Some((deployment, _)) = self.sentinel() {
+            cmd.env_remove("LEADER_REDIS_URL")
+                .env("LEADER_REDIS_SENTINEL_MASTER", deployment.master_name())
+                .env(
+                    "LEADER_REDIS_SENTINEL_URLS",
+                    deployment.sentinel_urls().join(","),
+                );
+        }
         let child = ChildProcess::spawn(cmd).expect("leader-instance spawns");
         self.members.push(Member { name, slot, child });
         self.live[slot] = Some(self.members.len() - 1);
@@ -540,6 +621,11 @@ impl Fleet {
             for l in &err[err.len().saturating_sub(30)..] {
                 let _ = writeln!(out, "{l}");
             }
+        }
+        if let Some((deployment, master)) = self.sentinel() {
+            let _ = writeln!(out, "--- Sentinel deployment (master: node {master}) ---");
+            out.push_str(&deployment.report());
+            return out;
         }
         let log = self.redis().log();
         let tail: Vec<&str> = log.lines().rev().take(30).collect();
