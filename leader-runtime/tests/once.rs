@@ -78,13 +78,29 @@ async fn instances_calling_at_the_same_moment_run_the_body_once_and_a_restart_ru
     assert_eq!(results.iter().filter(|r| r.ran_here).count(), 1);
     let done = results.iter().find(|r| r.ran_here).unwrap().clone();
     for r in &results {
-        assert_eq!((&r.instance_id, r.token, r.attempts), (&done.instance_id, done.token, 1));
-        assert_eq!(r.summary, format!("token {}", done.token), "the body's own token");
+        assert_eq!(
+            (&r.instance_id, r.token, r.attempts),
+            (&done.instance_id, done.token, 1)
+        );
+        assert_eq!(
+            r.summary,
+            format!("token {}", done.token),
+            "the body's own token"
+        );
     }
-    assert_eq!(hget(&server, "done_by").await.as_deref(), Some(done.instance_id.as_str()));
-    assert_eq!(hget(&server, "done_token").await, Some(done.token.to_string()));
+    assert_eq!(
+        hget(&server, "done_by").await.as_deref(),
+        Some(done.instance_id.as_str())
+    );
+    assert_eq!(
+        hget(&server, "done_token").await,
+        Some(done.token.to_string())
+    );
     // Every call released the name's lease.
-    assert_eq!(rts[0].leader_id("once:migrate-2026-12").await.unwrap(), None);
+    assert_eq!(
+        rts[0].leader_id("once:migrate-2026-12").await.unwrap(),
+        None
+    );
     for rt in &rts {
         rt.shutdown().await;
     }
@@ -249,14 +265,21 @@ async fn a_failing_body_is_retried_up_to_the_limit_and_the_waiters_learn_it_fail
         .collect();
     assert_eq!(failed.len(), 1, "{results:?}");
     assert!(failed[0].contains("failed 2 times"), "{}", failed[0]);
-    assert!(failed[0].contains("redis://app:***@db:6379"), "{}", failed[0]);
+    assert!(
+        failed[0].contains("redis://app:***@db:6379"),
+        "{}",
+        failed[0]
+    );
     assert!(!failed[0].contains("s3cret"), "{}", failed[0]);
     assert_eq!(hget(&server, "failures").await.as_deref(), Some("2"));
     assert!(!hget(&server, "error").await.unwrap().contains("s3cret"));
 
     // After a fix: reset, and the next call runs.
     let status = rts[0].reset_once(NAME).await.unwrap();
-    assert_eq!((status.attempts, status.failures, status.done), (0, 0, None));
+    assert_eq!(
+        (status.attempts, status.failures, status.done),
+        (0, 0, None)
+    );
     let done = Once::new(NAME)
         .attempts(2)
         .run_on(&rts[1], counting(&runs, Duration::ZERO))
