@@ -137,12 +137,15 @@ pub enum Error {
     /// error: nothing was recorded, the lease was released, and the next
     /// caller tries again (within the attempt limit). `source` is the
     /// body's own error.
-    #[error("once `{name}`: attempt {attempt} failed: {source}")]
+    #[error("once `{name}`: attempt {attempt} failed: {message}")]
     OnceBody {
         /// The run-once name.
         name: String,
         /// Which attempt this was, fleet-wide (1 for the first).
         attempt: u32,
+        /// The body's error as text, URL credentials redacted (as recorded
+        /// for the other callers, at most 1 KiB).
+        message: String,
         /// The body's error.
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,

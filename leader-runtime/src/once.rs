@@ -12,6 +12,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, PoisonError, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -463,6 +464,8 @@ struct Call<'a> {
     keys: OnceKeys,
     timeout: Duration,
     attempts: u32,
+    /// In a burst of failed reads (log only its first).
+    failing: AtomicBool,
 }
 
 impl<'a> Call<'a> {
@@ -478,6 +481,7 @@ impl<'a> Call<'a> {
             group,
             timeout: spec.timeout,
             attempts: spec.attempts,
+            failing: AtomicBool::new(false),
         })
     }
 
@@ -615,6 +619,7 @@ impl<'a> Call<'a> {
                 Some(Err(Error::OnceBody {
                     name: self.name.to_owned(),
                     attempt,
+                    message: text,
                     source,
                 }))
             }
@@ -725,9 +730,16 @@ impl<'a> Call<'a> {
         let limit = ctx.config.call_timeout;
         let read = ctx.backend.once_read(&self.group, &self.keys);
         let stored = match backend::within(&self.group, limit, read).await {
-            Ok(stored) => stored,
+            Ok(stored) => {
+                self.failing.store(false, Ordering::Relaxed);
+                stored
+            }
+            Err(e) if self.failing.swap(true, Ordering::Relaxed) => {
+                tracing::debug!(name = self.name, error = %e, "once: could not read the result again");
+                return None;
+            }
             Err(e) => {
-                tracing::warn!(name = self.name, error = %e, "once: could not read the result; trying again");
+                tracing::warn!(name = self.name, error = %e, "once: could not read the result; trying again every retry_interval");
                 return None;
             }
         };

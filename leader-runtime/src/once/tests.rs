@@ -144,13 +144,16 @@ async fn a_failing_body_is_retried_up_to_the_limit_then_everyone_learns_it_faile
     let mut ran: Vec<u32> = results
         .iter()
         .filter_map(|r| match r {
-            Err(Error::OnceBody {
-                attempt, source, ..
-            }) => {
+            Err(
+                e @ Error::OnceBody {
+                    attempt, source, ..
+                },
+            ) => {
                 assert!(
                     source.to_string().contains("s3cret"),
                     "the caller's own error"
                 );
+                assert!(!e.to_string().contains("s3cret"), "{e}");
                 Some(*attempt)
             }
             _ => None,
