@@ -273,6 +273,12 @@ impl Runtime {
     ///   [`Once::attempts`] attempts were made (3 by default); then everyone
     ///   gets [`Error::OnceFailed`] with the last error's text.
     ///
+    /// The record lives in the backend: a Redis that loses its data (a
+    /// restart without persistence, an older snapshot restored, eviction
+    /// under an `allkeys-*` policy) forgets it, and the body runs again. So
+    /// keep the body idempotent (`CREATE … IF NOT EXISTS`, a schema version
+    /// in your own store) when running it twice would hurt.
+    ///
     /// Calls with one name on one runtime take turns. On Redis, the first
     /// election of a name's group waits one `ttl` before its view begins
     /// (the safe start: a missing record may be a Redis that lost its data),
