@@ -4,8 +4,8 @@
 //! fencing token, and the killed one, restarted, finds it done.
 //!
 //! ```text
-//! cargo run --example startup
-//! LEADER_REDIS_URL=redis://host:6379 DATABASE_URL=postgres://user@host/db cargo run --example startup
+//! cargo run --example startup --features postgres
+//! LEADER_REDIS_URL=redis://host:6379 DATABASE_URL=postgres://user@host/db cargo run --example startup --features postgres
 //! ```
 //!
 //! Needs a Redis (`LEADER_REDIS_URL`, or `REDIS_URL`; by default

@@ -7,7 +7,7 @@
 //! with a message saying so; it never passes silently.
 
 #[allow(dead_code)] // `main` is the example's, unused here
-#[path = "../examples/startup.rs"]
+#[path = "../../examples/startup.rs"]
 mod startup;
 
 use leader_testkit::RedisServer;
