@@ -65,6 +65,7 @@ const RECORD_RETRY: Duration = Duration::from_millis(100);
 /// # }
 /// ```
 #[derive(Debug, Clone)]
+#[must_use = "a `Once` does nothing until `run` or `run_on`"]
 pub struct Once {
     name: String,
     timeout: Duration,
