@@ -36,6 +36,9 @@ const GROUP_PREFIX: &str = "once:";
 /// The longest summary and error text stored, in bytes (longer ones are cut).
 const MAX_TEXT: usize = 1024;
 
+/// The deadline of a timeout too long to add to the clock.
+const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
 /// How often a runner retries recording its outcome after a backend error,
 /// while its lease is valid.
 const RECORD_RETRY: Duration = Duration::from_millis(100);
@@ -439,7 +442,10 @@ fn record(name: &str, stored: &Stored, ran_under: Option<u64>) -> Option<OnceRec
         name: name.to_owned(),
         instance_id: done.by.clone(),
         token: done.token,
-        finished_at: UNIX_EPOCH + Duration::from_millis(done.at_ms),
+        // A malformed time (not one the script wrote) shows as the epoch.
+        finished_at: UNIX_EPOCH
+            .checked_add(Duration::from_millis(done.at_ms))
+            .unwrap_or(UNIX_EPOCH),
         summary: done.summary.clone(),
         attempts: stored.attempts,
         ran_here: ran_under == Some(done.token),
@@ -499,7 +505,10 @@ impl<'a> Call<'a> {
         S: Into<String>,
         E: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
-        let deadline = Instant::now() + self.timeout;
+        // `Duration::MAX` and the like: no deadline worth the name.
+        let deadline = Instant::now()
+            .checked_add(self.timeout)
+            .unwrap_or_else(|| Instant::now() + FOREVER);
         let _turn = tokio::time::timeout_at(deadline, turn(self.rt.id(), self.name))
             .await
             .map_err(|_| self.timed_out())?;

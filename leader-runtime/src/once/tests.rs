@@ -365,6 +365,8 @@ async fn bad_names_and_limits_are_errors() {
     let long = a.once(&"x".repeat(124), body).await.unwrap_err();
     assert!(long.to_string().contains("at most 123 bytes"), "{long}");
     assert!(a.once(&"x".repeat(123), body).await.is_ok());
+    let forever = Once::new("forever").timeout(Duration::MAX).run_on(&a, body);
+    assert!(forever.await.unwrap().ran_here);
     let zero = Once::new(NAME).attempts(0).run_on(&a, body).await;
     assert!(matches!(
         zero,
