@@ -35,6 +35,7 @@
 //! - [Fencing](#fencing)
 //! - [The lease algorithm](#the-lease-algorithm)
 //! - [The cron recipe](#the-cron-recipe)
+//! - [Startup work](#startup-work)
 //! - [Operating it: health, draining, metrics](#operating-it-health-draining-metrics)
 //! - [Redis Sentinel](#redis-sentinel)
 //! - [Testing your own code on the in-memory backend](#testing-your-own-code-on-the-in-memory-backend)
@@ -411,6 +412,37 @@
 //! # Ok(()) }
 //! ```
 //!
+//! # Startup work
+//!
+//! Work that every replica wants done before it serves — create an index,
+//! seed a table, run a data migration — but that must run once: [`once`]
+//! runs its body on one instance while the other callers wait for the
+//! result, and records the result in the backend, so that later callers and
+//! restarted instances get it without running anything.
+//!
+//! ```no_run
+//! # async fn apply_schema(_token: u64) -> Result<(), std::io::Error> { Ok(()) }
+//! # async fn example() -> leader_runtime::Result<()> {
+//! let done = leader_runtime::once("migrate-2026-12", || async {
+//!     let token = leader_runtime::current_lease().unwrap().token();
+//!     apply_schema(token).await?; // fenced with the token, or idempotent
+//!     Ok::<_, std::io::Error>("added column users.locale")
+//! })
+//! .await?;
+//! println!("{} (by {} under token {})", done.summary, done.instance_id, done.token);
+//! # Ok(()) }
+//! ```
+//!
+//! The runner holds the lease of the group `once:<name>` while the body
+//! runs: [`current_lease`] answers inside, the drain and loss are those of
+//! any gated body. Its success is written by one script that checks the
+//! lease and the token, so a runner that lost its lease cannot record it. A
+//! crashed runner's lease expires and a waiter runs its own body under a
+//! greater token; a failed body releases the lease and the next caller tries
+//! again, up to [`Once::attempts`] attempts fleet-wide, after which callers
+//! get [`Error::OnceFailed`]. See [`Runtime::once`] for every rule, and
+//! `examples/startup.rs` for a schema change on PostgreSQL.
+//!
 //! # Operating it: health, draining, metrics
 //!
 //! - **Health.** [`status`] lists each group with whether this instance
@@ -421,7 +453,8 @@
 //!   traffic on the leader only).
 //! - **Draining.** [`set_eligible(group, false)`](set_eligible) takes the
 //!   instance out of the race without stopping it — before a deploy, or on a
-//!   node that should not run the work; `true` puts it back.
+//!   node that should not run the work; `true` puts it back. DEPLOYING.md
+//!   has the recipe for one instance and every group ("Maintenance drains").
 //! - **Events.** [`subscribe`] streams every transition ([`Event`]); the
 //!   `on_elected` / `on_lost` callbacks of [`ConfigBuilder`] run on a thread
 //!   of their own; [`stats`] keeps counters per group. Every transition is
@@ -569,6 +602,7 @@ mod jitter;
 mod lease;
 mod metrics;
 mod names;
+mod once;
 mod redact;
 mod runtime;
 mod stats;
@@ -591,6 +625,7 @@ pub use crate::events::{Event, LostReason};
 pub use crate::fence::{Fence, Fenced};
 pub use crate::global::init;
 pub use crate::lease::Lease;
+pub use crate::once::{once, Once, OnceRecord, OnceStatus};
 pub use crate::runtime::Runtime;
 pub use crate::stats::Stats;
 pub use crate::status::GroupStatus;

@@ -193,7 +193,7 @@ impl Runtime {
     }
 
     /// What every group of this runtime shares.
-    fn ctx(&self) -> &Arc<Ctx> {
+    pub(crate) fn ctx(&self) -> &Arc<Ctx> {
         &self.inner.shared.ctx
     }
 
@@ -400,16 +400,25 @@ impl Runtime {
     /// (the lease expires by itself within one `ttl`).
     pub async fn forget(&self, group: &str) -> Result<()> {
         validate_group(group)?;
-        let removed = self.inner.shared.groups_mut().remove(group);
-        let Some(group) = removed else {
+        let Some((group, answer)) = self.forget_now(group) else {
             return Ok(());
         };
+        Self::await_hand_over(&group, answer).await
+    }
+
+    /// The part of [`forget`](Self::forget) that does not wait (so a `Drop`
+    /// can do it): drop `group` from the registry and ask its election to
+    /// hand over and end. `None` when it was not registered, or its
+    /// election has ended already; else the group and the election's answer.
+    pub(crate) fn forget_now(
+        &self,
+        group: &str,
+    ) -> Option<(Arc<Group>, oneshot::Receiver<Result<()>>)> {
+        let group = self.inner.shared.groups_mut().remove(group)?;
         group.control.forget();
         let (reply, answer) = oneshot::channel();
-        if group.control.commands.send(Command::Forget(reply)).is_err() {
-            return Ok(()); // the election has ended already
-        }
-        Self::await_hand_over(&group, answer).await
+        group.control.commands.send(Command::Forget(reply)).ok()?;
+        Some((group, answer))
     }
 
     /// The lease of the gated body running on this task (see

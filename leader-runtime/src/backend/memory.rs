@@ -16,6 +16,7 @@ use crate::{Error, Result};
 
 #[cfg(feature = "cron")]
 mod cron;
+mod once;
 
 /// An in-process lease store with the same semantics as the Redis backend
 /// (TTL, compare-and-set, fencing tokens, release notices), driven by tokio's
@@ -77,6 +78,8 @@ struct Data {
     cron: cron::CronData,
     /// Keys written by fenced writes ([`crate::Fence`]).
     fenced: FencedKeys,
+    /// Results of run-once names (see `memory/once.rs`).
+    once: once::OnceData,
 }
 
 /// A group's record, as `backend/record.lua` describes it.

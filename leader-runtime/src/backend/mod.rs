@@ -10,6 +10,7 @@ mod batch;
 pub(crate) mod cron;
 pub(crate) mod fence;
 mod memory;
+pub(crate) mod once;
 mod redis;
 mod sentinel;
 

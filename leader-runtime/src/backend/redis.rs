@@ -28,6 +28,7 @@ use crate::{Error, Result};
 
 #[cfg(feature = "cron")]
 mod cron;
+mod once;
 
 /// Where and how to reach Redis, as the config builder collected it.
 #[derive(Clone)]
