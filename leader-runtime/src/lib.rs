@@ -324,9 +324,16 @@
 //!
 //! | op | semantics |
 //! | --- | --- |
-//! | acquire | if someone else holds the lease: return the holder and its remaining `PTTL`. Else (absent, or ours: a re-claim after an election restart) set our id with `PX ttl`, issue a token = max(last token + 1, server `TIME` in µs), and say how long our view must **wait**: one `ttl` when there is no record (first election, data loss) or the server does not vouch for it (restart from disk, promoted replica, restore); else until `until` has passed (`prior` for a re-claim) — zero after a natural expiry or a clean release, the rest of the old holder's time after an eviction or `DEL`. A malformed record is an error, and nothing is written |
-//! | renew | if we hold it: `PEXPIRE ttl`, and the record's `until` follows; else say who (nobody, or someone else) |
+//! | acquire | if the group is paused (its key `{prefix}:{<group>}:paused` exists): nothing, and say so. If someone else holds the lease: return the holder and its remaining `PTTL`. Else (absent, or ours: a re-claim after an election restart) set our id with `PX ttl`, issue a token = max(last token + 1, server `TIME` in µs), and say how long our view must **wait**: one `ttl` when there is no record (first election, data loss) or the server does not vouch for it (restart from disk, promoted replica, restore); else until `until` has passed (`prior` for a re-claim) — zero after a natural expiry or a clean release, the rest of the old holder's time after an eviction or `DEL`. A malformed record is an error, and nothing is written |
+//! | renew | if we hold it and the group is not paused: `PEXPIRE ttl`, and the record's `until` follows; else say who (nobody, or someone else), or that it is paused — the leader then hands over as [`step_down`] does, so a pause ends a leadership within one `renew_interval` even when its notice was lost |
 //! | release | if we hold it: delete it, lower `until` to `max(prior, now)` (we drained and ended our view first; the holders before us may still count), and publish `"<group> <id>"` on `{prefix}:released` |
+//!
+//! Operators' requests ([`admin`], the `leader` CLI) arrive on
+//! `{prefix}:control` over the same pub/sub connection as release notices:
+//! `pause <group>` and `resume <group>` (after writing or deleting the pause
+//! key, which the scripts above check, so the notice only makes it quicker)
+//! and `step-down <group> <holder>` (that holder hands over as [`step_down`]
+//! does). Pausing writes nothing else: the record's rules are untouched.
 //!
 //! **The rule:** a new leader's view begins only once every earlier holder's
 //! view has certainly ended. The wait is counted from when the acquire's
@@ -549,6 +556,7 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
+pub mod admin;
 mod admission;
 mod backend;
 mod clock;

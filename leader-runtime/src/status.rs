@@ -65,6 +65,9 @@ pub struct GroupStatus {
     /// Whether this instance takes part in the election; see
     /// [`set_eligible`](crate::set_eligible).
     pub eligible: bool,
+    /// Whether the group is paused fleet-wide (`leader pause`), as this
+    /// instance's last acquire or renew reply said (cached).
+    pub paused: bool,
     /// Whether the last backend call of this group's election failed (the
     /// backend is unreachable, slow or erroring right now).
     pub failing: bool,
@@ -89,6 +92,7 @@ pub(crate) struct Observed {
 #[derive(Debug, Default)]
 struct State {
     holder: Option<Arc<str>>,
+    paused: bool,
     failing: bool,
     last_error: Option<String>,
 }
@@ -110,6 +114,13 @@ impl Observed {
         if state.holder.as_deref() != holder {
             state.holder = holder.map(Arc::from);
         }
+    }
+
+    /// Whether the backend said the group is paused; returns whether that
+    /// changed.
+    pub(crate) fn saw_paused(&self, paused: bool) -> bool {
+        let mut state = self.state();
+        std::mem::replace(&mut state.paused, paused) != paused
     }
 
     /// A backend call succeeded.
@@ -139,6 +150,7 @@ impl Observed {
             token: tenure.map(|t| t.token()),
             valid_for: tenure.map(|t| t.valid_until().saturating_duration_since(Instant::now())),
             eligible,
+            paused: state.paused,
             failing: state.failing,
             last_error: state.last_error.clone(),
             #[cfg(feature = "cron")]
