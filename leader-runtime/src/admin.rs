@@ -64,6 +64,8 @@ use crate::{Config, Result};
 /// ```
 pub struct Admin {
     backend: Backend,
+    /// The backend as messages may name it (passwords redacted).
+    target: String,
     prefix: String,
     call_timeout: Duration,
     retry_interval: Duration,
@@ -72,6 +74,7 @@ pub struct Admin {
 impl std::fmt::Debug for Admin {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Admin")
+            .field("target", &self.target)
             .field("prefix", &self.prefix)
             .finish_non_exhaustive()
     }
@@ -161,18 +164,43 @@ impl Admin {
     ///
     /// [`Error::Config`](crate::Error::Config) when the backend cannot be set up.
     pub fn new(config: &Config) -> Result<Self> {
-        let backend = match &config.backend {
-            BackendConfig::Redis(redis) => {
-                Backend::Redis(RedisBackend::new(redis, config.call_timeout)?)
-            }
-            BackendConfig::Memory(memory) => Backend::Memory(memory.clone()),
+        let (backend, target) = match &config.backend {
+            BackendConfig::Redis(redis) => (
+                Backend::Redis(RedisBackend::new(redis, config.call_timeout)?),
+                redis.describe(),
+            ),
+            BackendConfig::Memory(memory) => (Backend::Memory(memory.clone()), "memory".to_owned()),
         };
         Ok(Self {
             backend,
+            target,
             prefix: config.key_prefix.clone(),
             call_timeout: config.call_timeout,
             retry_interval: config.retry_interval,
         })
+    }
+
+    /// The backend, as a message may name it: its URLs with passwords
+    /// redacted (`redis://user:***@host:6379`), or `memory`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use leader_runtime::{admin::Admin, Config};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), leader_runtime::Error> {
+    /// let admin = Admin::new(&Config::builder().redis_url("redis://ops:s3cret@db:6379").build()?)?;
+    /// assert_eq!(admin.target(), "redis://ops:***@db:6379");
+    /// # Ok(()) }
+    /// ```
+    pub fn target(&self) -> &str {
+        &self.target
+    }
+
+    /// The key prefix the fleet uses.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
     }
 
     /// Every group under the prefix that has a lease, a record or a pause,
