@@ -394,3 +394,36 @@ async fn usage_errors_exit_2_and_help_has_examples() {
         assert!(help.contains(word), "{word} missing from:\n{help}");
     }
 }
+
+#[tokio::test]
+async fn the_documented_acl_user_for_the_tool_can_do_everything() {
+    // DEPLOYING.md, "ACL user for the tool", without the connection set-up
+    // commands (`client|setinfo` is unknown to Redis 7.0).
+    let rules = "~leader:* &leader:released &leader:control +evalsha +eval +script|load +scan \
+                 +keys +get +pttl +type +hget +hmget +lrange +del +hset +publish +subscribe +ping";
+    let server = RedisServer::builder()
+        .acl_user("ops", "ops-pw", rules)
+        .start()
+        .await
+        .unwrap();
+    let (a, b) = fleet(&server).await;
+    let url = format!("redis://ops:ops-pw@127.0.0.1:{}", server.port());
+    for args in [
+        &["status"][..],
+        &["step-down", G],
+        &["pause", G],
+        &["resume", G],
+    ] {
+        let mut cmd = command();
+        cmd.arg("--url").arg(&url).args(args);
+        let out = run(cmd).await;
+        assert_exit(&out, 0);
+    }
+    let denials = server.cmd(&["ACL", "LOG"]).await.unwrap();
+    server.check(
+        matches!(&denials, leader_testkit::Reply::Array(v) if v.is_empty()),
+        format!("ACL denials: {denials:?}"),
+    );
+    a.shutdown().await;
+    b.shutdown().await;
+}
