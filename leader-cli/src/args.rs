@@ -39,7 +39,8 @@ pub(crate) struct Cli {
 #[derive(Debug, Args)]
 #[command(next_help_heading = "Connection")]
 pub(crate) struct Connection {
-    /// One server: redis://[user:password@]host:port[/db], or rediss:// for TLS.
+    /// One server: redis://user:password@host:port/db (user, password and db optional), or
+    /// rediss:// for TLS.
     #[arg(long, global = true, value_name = "URL", conflicts_with_all = ["cluster_url", "sentinel_master"])]
     url: Option<String>,
     /// Redis Cluster: a seed node's URL (repeat for more seeds).
@@ -113,12 +114,16 @@ impl Connection {
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
     /// Every group under the prefix: holder, token, time left, pause, cron jobs' last runs.
+    #[command(
+        after_help = "Examples:\n  leader status\n  leader status --json | jq '.groups[] | select(.paused)'"
+    )]
     Status {
         /// Print JSON (one object with a `groups` array).
         #[arg(long)]
         json: bool,
     },
     /// Print one line per transition as it happens, until interrupted.
+    #[command(after_help = "Example:\n  leader watch --prefix billing")]
     Watch {
         /// How often to read the holders as well, in milliseconds (notices can be lost).
         #[arg(long, value_name = "MS", default_value_t = 250)]
@@ -126,6 +131,9 @@ pub(crate) enum Command {
     },
     /// Ask the leader of GROUP to hand over: it drains its runs, releases, and
     /// stays out of the race for one ttl.
+    #[command(
+        after_help = "Examples:\n  leader step-down reports\n  leader step-down reports --wait 0   # ask, don't wait\n\nExits 1 when nobody holds GROUP, or its holder still holds it after --wait."
+    )]
     StepDown {
         /// The group.
         group: String,
@@ -135,13 +143,16 @@ pub(crate) enum Command {
     },
     /// Pause GROUP fleet-wide: no instance acquires it, and its leader drains and
     /// releases. Survives restarts of the instances, until `leader resume`.
+    #[command(
+        after_help = "Examples:\n  leader pause reports --reason 'incident 42'\n  leader pause reports --by alice --wait 0"
+    )]
     Pause {
         /// The group.
         group: String,
         /// Why (shown by `status`).
         #[arg(long)]
         reason: Option<String>,
-        /// Who pauses (shown by `status`) [default: user@host].
+        /// Who pauses (shown by `status`); by default user@host.
         #[arg(long)]
         by: Option<String>,
         /// How long to wait for the leader to release, in seconds (0: don't wait).
@@ -149,11 +160,15 @@ pub(crate) enum Command {
         wait: f64,
     },
     /// End the pause of GROUP: an instance acquires it again.
+    #[command(after_help = "Example:\n  leader resume reports")]
     Resume {
         /// The group.
         group: String,
     },
     /// The last runs of GROUP's cron jobs (or of JOB alone), newest first.
+    #[command(
+        after_help = "Examples:\n  leader history reports\n  leader history reports hourly-report --json"
+    )]
     History {
         /// The group.
         group: String,

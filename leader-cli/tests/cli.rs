@@ -427,3 +427,61 @@ async fn the_documented_acl_user_for_the_tool_can_do_everything() {
     a.shutdown().await;
     b.shutdown().await;
 }
+
+#[tokio::test]
+async fn status_and_pause_on_a_cluster_see_groups_on_every_master() {
+    let cluster = leader_testkit::RedisCluster::start().await.unwrap();
+    let urls = cluster.urls();
+    // A group on each master.
+    let mut groups: Vec<Option<String>> = vec![None; cluster.nodes().len()];
+    for n in 0.. {
+        let group = format!("job-{n}");
+        let owner = cluster
+            .master_of(&format!("leader:{{{group}}}:lease"))
+            .await
+            .unwrap();
+        groups[owner].get_or_insert(group);
+        if groups.iter().all(Option::is_some) {
+            break;
+        }
+    }
+    let groups: Vec<String> = groups.into_iter().map(Option::unwrap).collect();
+    let a = Runtime::new(
+        Config::builder()
+            .redis_cluster_urls(urls.clone())
+            .ttl(TTL)
+            .renew_interval(RENEW)
+            .retry_interval(RETRY)
+            .instance_id("a")
+            .build()
+            .unwrap(),
+    )
+    .unwrap();
+    for group in &groups {
+        let deadline = Instant::now() + TTL * 4;
+        while !a.is_leader(group) {
+            assert!(Instant::now() < deadline, "a never led {group}");
+            a.run_if_leader(group, || async {}).await;
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    let cluster_args = |args: &[&str]| {
+        let mut cmd = command();
+        for url in &urls {
+            cmd.arg("--cluster-url").arg(url);
+        }
+        cmd.args(args);
+        cmd
+    };
+    let out = run(cluster_args(&["status", "--json"])).await;
+    assert_exit(&out, 0);
+    let status: Value = serde_json::from_slice(&out.stdout).unwrap();
+    for g in &groups {
+        assert_eq!(group(&status, g)["holder"], "a", "{status:#}");
+    }
+    let out = run(cluster_args(&["pause", &groups[1]])).await;
+    assert_exit(&out, 0);
+    assert!(!a.is_leader(&groups[1]));
+    assert!(a.is_leader(&groups[0]) && a.is_leader(&groups[2]));
+    a.shutdown().await;
+}

@@ -18,7 +18,8 @@ use crate::Error;
 /// - **live** (read from the clock and atomics at the call): `is_leader`,
 ///   `token`, `valid_for`, `eligible`;
 /// - **cached** (the last thing the election learned): `leader_id` (from the
-///   last acquire reply, or this instance while it leads), `failing` and
+///   last acquire reply, or this instance while it leads), `paused` (from the
+///   last acquire or renew reply), `failing` and
 ///   `last_error` (from the last backend calls). A follower refreshes them
 ///   about once per `ttl - renew_interval`, a leader every `renew_interval`.
 ///   Ask [`leader_id`](crate::leader_id) for the backend's current answer.
