@@ -304,7 +304,7 @@
 //!
 //! **What it costs.** One round trip per fenced write: the check and the
 //! write are one `EVALSHA`, about what a plain `SET` costs on the same
-//! connection (figures in BENCHMARKS.md, `cargo bench --bench fence`); in
+//! connection (figures in BENCHMARKS.md, `cargo bench -p leader-e2e --bench fence`); in
 //! SQL, one more predicate on a row the write touches anyway.
 //!
 //! # The lease algorithm
