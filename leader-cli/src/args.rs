@@ -61,8 +61,8 @@ pub(crate) struct Connection {
     #[arg(long, global = true, default_value = leader_runtime::DEFAULT_KEY_PREFIX)]
     prefix: String,
     /// How long to wait for each answer from Redis, in seconds.
-    #[arg(long, global = true, value_name = "SECONDS", default_value_t = 2.0)]
-    timeout: f64,
+    #[arg(long, global = true, value_name = "SECONDS", default_value = "2", value_parser = positive_seconds)]
+    timeout: Duration,
 }
 
 /// What the connection options could not say.
@@ -89,15 +89,7 @@ impl Connection {
                 Err(e) => return Err(ConfigError::Invalid(e)),
             }
         };
-        let timeout = Duration::try_from_secs_f64(self.timeout)
-            .ok()
-            .filter(|t| !t.is_zero())
-            .ok_or_else(|| {
-                ConfigError::Invalid(Error::Config {
-                    field: "--timeout",
-                    rule: "must be a positive number of seconds".to_owned(),
-                })
-            })?;
+        let timeout = self.timeout;
         // The lease timings only have to be consistent with the call
         // timeout: this process never leads.
         let ttl = (timeout * 4).max(leader_runtime::DEFAULT_TTL);
@@ -110,6 +102,27 @@ impl Connection {
             .map_err(ConfigError::Invalid)
     }
 }
+
+/// A number of seconds, 0 or more (`1.5`): a usage error otherwise
+/// (negative, NaN, infinite, too large).
+fn seconds(s: &str) -> Result<Duration, String> {
+    let n: f64 = s
+        .parse()
+        .map_err(|_| format!("`{s}` is not a number of seconds"))?;
+    Duration::try_from_secs_f64(n)
+        .map_err(|_| format!("`{s}` is not a duration in seconds (0 or more)"))
+}
+
+/// As [`seconds`], and more than 0.
+fn positive_seconds(s: &str) -> Result<Duration, String> {
+    match seconds(s)? {
+        d if d.is_zero() => Err("must be more than 0 seconds".to_owned()),
+        d => Ok(d),
+    }
+}
+
+/// Slowest `watch --interval`: one read of the known groups per this.
+const MIN_INTERVAL_MS: u64 = 100;
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
@@ -125,8 +138,11 @@ pub(crate) enum Command {
     /// Print one line per transition as it happens, until interrupted.
     #[command(after_help = "Example:\n  leader watch --prefix billing")]
     Watch {
-        /// How often to read the holders as well, in milliseconds (notices can be lost).
-        #[arg(long, value_name = "MS", default_value_t = 250)]
+        /// How often to read the known groups' holders as well, in milliseconds
+        /// (notices can be lost). New groups are looked for every 15 s, or
+        /// when a notice names one.
+        #[arg(long, value_name = "MS", default_value_t = 1000,
+              value_parser = clap::value_parser!(u64).range(MIN_INTERVAL_MS..))]
         interval: u64,
     },
     /// Ask the leader of GROUP to hand over: it drains its runs, releases, and
@@ -138,8 +154,8 @@ pub(crate) enum Command {
         /// The group.
         group: String,
         /// How long to wait for the hand-over, in seconds (0: don't wait).
-        #[arg(long, value_name = "SECONDS", default_value_t = 30.0)]
-        wait: f64,
+        #[arg(long, value_name = "SECONDS", default_value = "30", value_parser = seconds)]
+        wait: Duration,
     },
     /// Pause GROUP fleet-wide: no instance acquires it, and its leader drains and
     /// releases. Survives restarts of the instances, until `leader resume`.
@@ -156,8 +172,8 @@ pub(crate) enum Command {
         #[arg(long)]
         by: Option<String>,
         /// How long to wait for the leader to release, in seconds (0: don't wait).
-        #[arg(long, value_name = "SECONDS", default_value_t = 30.0)]
-        wait: f64,
+        #[arg(long, value_name = "SECONDS", default_value = "30", value_parser = seconds)]
+        wait: Duration,
     },
     /// End the pause of GROUP: an instance acquires it again.
     #[command(after_help = "Example:\n  leader resume reports")]

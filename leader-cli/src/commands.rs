@@ -14,6 +14,11 @@ use crate::format;
 /// Runs shown per cron job by `status` (all that are kept: `history`).
 const STATUS_RUNS: usize = 3;
 
+/// How often `watch` lists the groups under the prefix (a `SCAN` of the
+/// whole keyspace; `KEYS` on each Cluster master), beyond the groups that
+/// notices name.
+const DISCOVER: Duration = Duration::from_secs(15);
+
 /// How often a waiting command reads the holder again.
 const POLL: Duration = Duration::from_millis(50);
 
@@ -22,8 +27,8 @@ pub(crate) async fn run(config: Config, command: Command) -> Result<(), String> 
     let fail = |e: Error| failure(&admin, e);
     match command {
         Command::Status { json } => status(&admin, json).await.map_err(fail),
-        Command::Watch { interval } => watch(&admin, Duration::from_millis(interval.max(10))).await,
-        Command::StepDown { group, wait } => step_down(&admin, &group, seconds(wait)?).await,
+        Command::Watch { interval } => watch(&admin, Duration::from_millis(interval)).await,
+        Command::StepDown { group, wait } => step_down(&admin, &group, wait).await,
         Command::Pause {
             group,
             reason,
@@ -31,7 +36,7 @@ pub(crate) async fn run(config: Config, command: Command) -> Result<(), String> 
             wait,
         } => {
             let by = by.unwrap_or_else(who);
-            pause(&admin, &group, &by, reason.as_deref(), seconds(wait)?).await
+            pause(&admin, &group, &by, reason.as_deref(), wait).await
         }
         Command::Resume { group } => resume(&admin, &group).await.map_err(fail),
         Command::History { group, job, json } => history(&admin, &group, job, json).await,
@@ -61,10 +66,6 @@ fn failure(admin: &Admin, e: Error) -> String {
         ""
     };
     format!("{}: {why}{hint}", admin.target())
-}
-
-fn seconds(s: f64) -> Result<Duration, String> {
-    Duration::try_from_secs_f64(s).map_err(|_| format!("a wait of {s} seconds is not a duration"))
 }
 
 /// Who is pausing: `user@host`, as far as the environment says.
@@ -104,26 +105,30 @@ async fn status(admin: &Admin, json: bool) -> Result<(), Error> {
     if json {
         let groups: Vec<_> = rows.iter().map(|(i, j)| format::group_json(i, j)).collect();
         let out = json!({ "prefix": admin.prefix(), "groups": groups });
-        println!("{out:#}");
+        out!("{out:#}");
         return Ok(());
     }
     if rows.is_empty() {
-        println!("no groups under the prefix `{}`", admin.prefix());
+        out!("no groups under the prefix `{}`", admin.prefix());
         return Ok(());
     }
-    let table: Vec<[String; 5]> = rows
-        .iter()
-        .map(|(info, _)| {
-            [
-                info.group.clone(),
-                info.holder.clone().unwrap_or_else(|| "-".to_owned()),
-                info.token.map_or_else(|| "-".to_owned(), |t| t.to_string()),
-                info.expires_in
-                    .map_or_else(|| "-".to_owned(), format::duration),
-                format::pause(info).map_or_else(|| "no".to_owned(), |p| format!("yes, {p}")),
-            ]
-        })
-        .collect();
+    let table: Vec<[String; 5]> =
+        rows.iter()
+            .map(|(info, _)| {
+                [
+                    info.group.clone(),
+                    info.holder.clone().unwrap_or_else(|| "-".to_owned()),
+                    info.token.map_or_else(|| "-".to_owned(), |t| t.to_string()),
+                    info.expires_in
+                        .map_or_else(|| "-".to_owned(), format::duration),
+                    match &info.error {
+                        Some(e) => format!("? (cannot read the group: {e})"),
+                        None => format::pause(info)
+                            .map_or_else(|| "no".to_owned(), |p| format!("yes, {p}")),
+                    },
+                ]
+            })
+            .collect();
     let header = ["GROUP", "HOLDER", "TOKEN", "EXPIRES IN", "PAUSED"].map(str::to_owned);
     let mut widths = header.clone().map(|h| h.len());
     for row in &table {
@@ -139,15 +144,15 @@ async fn status(admin: &Admin, json: bool) -> Result<(), Error> {
             .collect();
         cells.join("  ").trim_end().to_owned()
     };
-    println!("{}", line(&header));
+    out!("{}", line(&header));
     for (row, (_, jobs)) in table.iter().zip(&rows) {
-        println!("{}", line(row));
+        out!("{}", line(row));
         for (job, runs) in jobs {
             if runs.is_empty() {
-                println!("    cron {job}: no runs yet");
+                out!("    cron {job}: no runs yet");
             }
             for r in runs {
-                println!("    cron {}", format::run(job, r));
+                out!("    cron {}", format::run(job, r));
             }
         }
     }
@@ -165,72 +170,107 @@ struct Seen {
 async fn watch(admin: &Admin, every: Duration) -> Result<(), String> {
     let fail = |e| failure(admin, e);
     let mut notices = admin.notices();
-    let mut seen: BTreeMap<String, Seen> = BTreeMap::new();
-    println!(
+    let mut seen: BTreeMap<String, Option<Seen>> = BTreeMap::new();
+    out!(
         "{} watching {} (prefix `{}`); Ctrl-C to stop",
         format::now(),
         admin.target(),
         admin.prefix()
     );
+    discover(admin, &mut seen).await.map_err(fail)?;
     poll(admin, &mut seen).await.map_err(fail)?;
     let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut next_discovery = Instant::now() + DISCOVER;
     let mut failing = false;
     loop {
         tokio::select! {
             notice = notices.recv() => {
                 let Some(notice) = notice else { return Err("the notice subscription ended".to_owned()) };
-                println!("{} {}", format::now(), describe(&notice));
+                out!("{} {}", format::now(), describe(&notice));
+                // A group no read showed yet: read it from now on.
+                if let Some(group) = notice_group(&notice) {
+                    seen.entry(group.to_owned()).or_default();
+                }
             }
             _ = tick.tick() => {}
         }
-        match poll(admin, &mut seen).await {
+        let mut result = Ok(());
+        if Instant::now() >= next_discovery {
+            next_discovery = Instant::now() + DISCOVER;
+            result = discover(admin, &mut seen).await;
+        }
+        if result.is_ok() {
+            result = poll(admin, &mut seen).await;
+        }
+        match result {
             Ok(()) if failing => {
                 failing = false;
-                println!("{} reachable again", format::now());
+                out!("{} reachable again", format::now());
             }
             Ok(()) => {}
             Err(e) if !failing => {
                 failing = true;
-                println!("{} {}; retrying", format::now(), fail(e));
+                out!("{} {}; retrying", format::now(), fail(e));
             }
             Err(_) => {}
         }
     }
 }
 
-/// Read every group; print what changed since the last read.
-async fn poll(admin: &Admin, seen: &mut BTreeMap<String, Seen>) -> Result<(), Error> {
-    let groups = admin.groups().await?;
-    let now = format::now();
-    let names: Vec<String> = groups.iter().map(|g| g.group.clone()).collect();
-    for info in groups {
+/// The group a notice names, if any.
+fn notice_group(notice: &Notice) -> Option<&str> {
+    match notice {
+        Notice::Released { group, .. }
+        | Notice::Paused { group }
+        | Notice::Resumed { group }
+        | Notice::StepDownRequested { group, .. } => Some(group),
+        _ => None,
+    }
+}
+
+/// List the groups under the prefix: watch the new ones, forget those gone.
+async fn discover(admin: &Admin, seen: &mut BTreeMap<String, Option<Seen>>) -> Result<(), Error> {
+    let names: Vec<String> = admin.groups().await?.into_iter().map(|g| g.group).collect();
+    seen.retain(|g, _| names.contains(g));
+    for name in names {
+        seen.entry(name).or_default();
+    }
+    Ok(())
+}
+
+/// Read the known groups; print what changed since the last read.
+async fn poll(admin: &Admin, seen: &mut BTreeMap<String, Option<Seen>>) -> Result<(), Error> {
+    for (group, old) in seen.iter_mut() {
+        let info = admin.group(group).await?;
+        let now = format::now();
         let new = Seen {
             holder: info.holder.clone(),
             token: info.token,
             paused: info.paused.is_some(),
         };
-        let old = seen.get(&info.group);
-        if old == Some(&new) {
+        if old.as_ref() == Some(&new) {
             continue;
         }
-        let group = &info.group;
-        if old.is_none_or(|o| o.paused != new.paused) {
+        if old.as_ref().is_none_or(|o| o.paused != new.paused) {
             match format::pause(&info) {
-                Some(p) => println!("{now} {group}: paused {p}"),
-                None if old.is_some() => println!("{now} {group}: resumed"),
+                Some(p) => out!("{now} {group}: paused {p}"),
+                None if old.is_some() => out!("{now} {group}: resumed"),
                 None => {}
             }
         }
-        if old.is_none_or(|o| o.holder != new.holder || o.token != new.token) {
+        if old
+            .as_ref()
+            .is_none_or(|o| o.holder != new.holder || o.token != new.token)
+        {
             match (&new.holder, new.token) {
-                (Some(h), Some(t)) => println!("{now} {group}: led by {h} (token {t})"),
-                (Some(h), None) => println!("{now} {group}: led by {h}"),
-                (None, _) => println!("{now} {group}: no leader"),
+                (Some(h), Some(t)) => out!("{now} {group}: led by {h} (token {t})"),
+                (Some(h), None) => out!("{now} {group}: led by {h}"),
+                (None, _) => out!("{now} {group}: no leader"),
             }
         }
-        seen.insert(info.group, new);
+        *old = Some(new);
     }
-    seen.retain(|g, _| names.contains(g));
     Ok(())
 }
 
@@ -239,9 +279,11 @@ fn describe(notice: &Notice) -> String {
         Notice::Released { group, instance_id } => format!("{group}: released by {instance_id}"),
         Notice::Paused { group } => format!("{group}: pause requested"),
         Notice::Resumed { group } => format!("{group}: resume requested"),
-        Notice::StepDownRequested { group, holder } => {
-            format!("{group}: step-down of {holder} requested")
-        }
+        Notice::StepDownRequested {
+            group,
+            holder,
+            token,
+        } => format!("{group}: step-down of {holder} (token {token}) requested"),
         Notice::Reconnected => "notice connection back (notices may have been missed)".to_owned(),
         other => format!("{other:?}"),
     }
@@ -255,7 +297,7 @@ async fn step_down(admin: &Admin, group: &str, wait: Duration) -> Result<(), Str
             admin.prefix()
         ));
     };
-    println!("asked {holder} to hand `{group}` over");
+    out!("asked {holder} to hand `{group}` over");
     if wait.is_zero() {
         return Ok(());
     }
@@ -265,11 +307,11 @@ async fn step_down(admin: &Admin, group: &str, wait: Duration) -> Result<(), Str
         match now {
             Some(h) if h == holder => {}
             Some(h) => {
-                println!("`{group}` is now led by {h}");
+                out!("`{group}` is now led by {h}");
                 return Ok(());
             }
             None => {
-                println!("{holder} released `{group}`; nobody leads it yet");
+                out!("{holder} released `{group}`; nobody leads it yet");
                 return Ok(());
             }
         }
@@ -295,9 +337,9 @@ async fn pause(
     let fail = |e| failure(admin, e);
     let new = admin.pause(group, by, reason).await.map_err(fail)?;
     if new {
-        println!("paused `{group}` fleet-wide (by {by})");
+        out!("paused `{group}` fleet-wide (by {by})");
     } else {
-        println!("`{group}` was paused already; now by {by}");
+        out!("`{group}` was paused already; now by {by}");
     }
     if wait.is_zero() {
         return Ok(());
@@ -306,7 +348,7 @@ async fn pause(
     loop {
         match admin.group(group).await.map_err(fail)?.holder {
             None => {
-                println!("nobody leads `{group}`");
+                out!("nobody leads `{group}`");
                 return Ok(());
             }
             Some(h) if Instant::now() >= deadline => {
@@ -322,9 +364,9 @@ async fn pause(
 
 async fn resume(admin: &Admin, group: &str) -> Result<(), Error> {
     if admin.resume(group).await? {
-        println!("resumed `{group}`");
+        out!("resumed `{group}`");
     } else {
-        println!("`{group}` was not paused");
+        out!("`{group}` was not paused");
     }
     Ok(())
 }
@@ -339,13 +381,7 @@ async fn history(
     let jobs = match job {
         Some(job) => vec![job],
         None => {
-            admin.group(group).await.map_err(fail)?;
-            let groups = admin.groups().await.map_err(fail)?;
-            let jobs = groups
-                .into_iter()
-                .find(|g| g.group == group)
-                .map(|g| g.cron_jobs)
-                .unwrap_or_default();
+            let jobs = admin.cron_jobs(group).await.map_err(fail)?;
             if jobs.is_empty() {
                 return Err(format!("no cron job of `{group}` has a history"));
             }
@@ -367,15 +403,15 @@ async fn history(
                 })
             })
             .collect();
-        println!("{:#}", json!({ "group": group, "jobs": jobs }));
+        out!("{:#}", json!({ "group": group, "jobs": jobs }));
         return Ok(());
     }
     for (job, runs) in &all {
         if runs.is_empty() {
-            println!("{job}: no runs");
+            out!("{job}: no runs");
         }
         for r in runs {
-            println!("{}", format::run(job, r));
+            out!("{}", format::run(job, r));
         }
     }
     Ok(())

@@ -77,6 +77,7 @@ pub(crate) fn group_json(info: &GroupInfo, jobs: &[(String, Vec<Run>)]) -> Value
             "at": time(p.at),
             "reason": p.reason,
         })),
+        "error": info.error,
         "cron_jobs": jobs.iter().map(|(job, runs)| json!({
             "job": job,
             "last_runs": runs.iter().map(|r| run_json(job, r)).collect::<Vec<_>>(),

@@ -5,6 +5,15 @@
 
 #![forbid(unsafe_code)]
 
+/// `println!`, but a closed stdout (`leader status | head`) ends the
+/// process quietly (status 0: the reader had what it wanted) instead of
+/// panicking; another write error ends it with status 1.
+macro_rules! out {
+    ($($arg:tt)*) => {
+        crate::write_line(format_args!($($arg)*))
+    };
+}
+
 mod args;
 mod commands;
 mod format;
@@ -14,6 +23,18 @@ use std::process::ExitCode;
 use clap::Parser;
 
 use crate::args::{Cli, ConfigError};
+
+fn write_line(line: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    if let Err(e) = writeln!(stdout, "{line}").and_then(|()| stdout.flush()) {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        eprintln!("leader: cannot write the output: {e}");
+        std::process::exit(i32::from(FAILED));
+    }
+}
 
 /// Exit statuses, by convention (clap exits with 2 on bad arguments itself).
 const FAILED: u8 = 1;

@@ -7,7 +7,7 @@
 //! | --- | --- |
 //! | [`Admin::pause`] | writes the group's pause key (no expiry: it survives restarts of the instances and of a persistent Redis) and publishes `pause <group>` on `{prefix}:control`. While the key exists no acquire succeeds, and no renew extends the lease: the leader renews at once on the request, or at its next renewal if it missed it (pub/sub is lossy) — within one `renew_interval` either way — then drains its gated runs and releases |
 //! | [`Admin::resume`] | deletes the pause key and publishes `resume <group>`: followers try to acquire at once (or within `retry_interval` without the notice) |
-//! | [`Admin::step_down`] | publishes `step-down <group> <holder>`: that holder drains, releases and stays out of the race for one `ttl`, as after [`step_down`](crate::step_down). A request the holder misses (it was not connected) does nothing |
+//! | [`Admin::step_down`] | publishes `step-down <group> <token> <holder>`: that holder, if it still holds the leadership of that token, drains, releases and stays out of the race for one `ttl`, as after [`step_down`](crate::step_down). A request the holder misses (it was not connected), or that comes after that leadership ended, does nothing |
 //!
 //! Instances of a version without pause support ignore the pause key and
 //! the requests: upgrade the whole fleet before relying on them.
@@ -97,6 +97,10 @@ pub struct GroupInfo {
     pub paused: Option<Pause>,
     /// The names of the group's cron jobs that have a history.
     pub cron_jobs: Vec<String>,
+    /// Why this group could not be read, when [`Admin::groups`] listed it
+    /// but reading it failed (the other fields are then empty): one bad
+    /// group does not hide the others.
+    pub error: Option<String>,
 }
 
 /// Who paused a group, when, and why.
@@ -132,12 +136,15 @@ pub enum Notice {
         /// The group.
         group: String,
     },
-    /// An operator asked `holder` to hand `group` over.
+    /// An operator asked `holder` to hand over its leadership of `group`
+    /// (that of `token`).
     StepDownRequested {
         /// The group.
         group: String,
         /// The instance asked.
         holder: String,
+        /// The fencing token of the leadership to end.
+        token: u64,
     },
     /// The notice connection came back after a loss: notices may have been missed.
     Reconnected,
@@ -146,7 +153,8 @@ pub enum Notice {
 impl Admin {
     /// An admin connection to the backend `config` names, under its key
     /// prefix. Connects lazily: the first request says whether the backend
-    /// is reachable. Must be called inside a tokio runtime.
+    /// is reachable. Starts no task; its requests run on the caller's tokio
+    /// runtime.
     ///
     /// # Examples
     ///
@@ -162,11 +170,14 @@ impl Admin {
     ///
     /// # Errors
     ///
-    /// [`Error::Config`](crate::Error::Config) when the backend cannot be set up.
+    /// [`Error::Config`](crate::Error::Config) when the backend cannot be
+    /// set up; [`Error::NoTokioRuntime`](crate::Error::NoTokioRuntime)
+    /// outside a tokio runtime.
     pub fn new(config: &Config) -> Result<Self> {
+        tokio::runtime::Handle::try_current().map_err(|_| crate::Error::NoTokioRuntime)?;
         let (backend, target) = match &config.backend {
             BackendConfig::Redis(redis) => (
-                Backend::Redis(RedisBackend::new(redis, config.call_timeout)?),
+                Backend::Redis(RedisBackend::new(redis, config.call_timeout, false)?),
                 redis.describe(),
             ),
             BackendConfig::Memory(memory) => (Backend::Memory(memory.clone()), "memory".to_owned()),
@@ -204,50 +215,88 @@ impl Admin {
     }
 
     /// Every group under the prefix that has a lease, a record or a pause,
-    /// sorted by name.
+    /// sorted by name, each read as [`group`](Self::group) does, with its
+    /// cron jobs. A group that cannot be read is listed with its
+    /// [`error`](GroupInfo::error) rather than failing the list.
     ///
     /// Lists keys with `SCAN` (on Redis Cluster: `KEYS` on each master,
-    /// which blocks each for a moment on a large keyspace).
+    /// which blocks each for a moment on a large keyspace): a tool polling
+    /// for changes should call this now and then, and
+    /// [`group`](Self::group) for the groups it knows in between.
     ///
     /// # Errors
     ///
     /// [`Error::Backend`](crate::Error::Backend) or
-    /// [`Error::Timeout`](crate::Error::Timeout) when the backend cannot answer.
+    /// [`Error::Timeout`](crate::Error::Timeout) when the keys cannot be listed.
     pub async fn groups(&self) -> Result<Vec<GroupInfo>> {
-        let keys = self
-            .bounded("*", self.backend.group_keys(&self.prefix))
-            .await?;
-        let mut groups: std::collections::BTreeMap<String, Vec<String>> = Default::default();
         let head = format!("{}:{{", self.prefix);
-        for key in &keys {
-            let Some((group, rest)) = key.strip_prefix(&head).and_then(|k| k.split_once("}:"))
-            else {
-                continue;
-            };
-            let jobs = match rest {
-                "lease" | "token" | "paused" => groups.entry(group.to_owned()).or_default(),
-                _ => match rest.strip_prefix("cron-history:") {
-                    Some(job) => {
-                        let jobs = groups.entry(group.to_owned()).or_default();
-                        jobs.push(job.to_owned());
-                        jobs
-                    }
-                    None => continue,
+        let keys = self
+            .bounded("*", self.backend.keys_starting_with(&head))
+            .await?;
+        let mut out = Vec::new();
+        for (group, jobs) in self.by_group(&keys) {
+            let mut info = match self.inspect(&group).await {
+                Ok(info) => info,
+                Err(e) => GroupInfo {
+                    error: Some(e.to_string()),
+                    ..GroupInfo::empty(&group)
                 },
             };
-            jobs.sort();
-            jobs.dedup();
-        }
-        let mut out = Vec::with_capacity(groups.len());
-        for (group, jobs) in groups {
-            if validate_group(&group).is_err() {
-                continue;
-            }
-            let mut info = self.inspect(&group).await?;
             info.cron_jobs = jobs;
             out.push(info);
         }
         Ok(out)
+    }
+
+    /// Group names and their cron jobs, from the keys under the prefix.
+    fn by_group(&self, keys: &[String]) -> std::collections::BTreeMap<String, Vec<String>> {
+        let mut groups: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+        let head = format!("{}:{{", self.prefix);
+        for key in keys {
+            let Some((group, rest)) = key.strip_prefix(&head).and_then(|k| k.split_once("}:"))
+            else {
+                continue;
+            };
+            if validate_group(group).is_err() {
+                continue;
+            }
+            match rest {
+                "lease" | "token" | "paused" => {
+                    groups.entry(group.to_owned()).or_default();
+                }
+                _ => {
+                    if let Some(job) = rest.strip_prefix("cron-history:") {
+                        groups
+                            .entry(group.to_owned())
+                            .or_default()
+                            .push(job.to_owned());
+                    }
+                }
+            }
+        }
+        for jobs in groups.values_mut() {
+            jobs.sort();
+            jobs.dedup();
+        }
+        groups
+    }
+
+    /// The names of the cron jobs of `group` that have a history, sorted
+    /// (feature `cron`). Reads the keys of that group alone (`SCAN MATCH`
+    /// on the node of its slot).
+    ///
+    /// # Errors
+    ///
+    /// As [`group`](Self::group).
+    #[cfg(feature = "cron")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "cron")))]
+    pub async fn cron_jobs(&self, group: &str) -> Result<Vec<String>> {
+        validate_group(group)?;
+        let head = format!("{}:{{{group}}}:", self.prefix);
+        let keys = self
+            .bounded(group, self.backend.keys_starting_with(&head))
+            .await?;
+        Ok(self.by_group(&keys).remove(group).unwrap_or_default())
     }
 
     /// One group, as the backend shows it now (its `cron_jobs` are listed by
@@ -283,6 +332,7 @@ impl Admin {
                 reason: (!p.reason.is_empty()).then_some(p.reason),
             }),
             cron_jobs: Vec::new(),
+            error: None,
         })
     }
 
@@ -340,10 +390,22 @@ impl Admin {
     ///
     /// As [`group`](Self::group).
     pub async fn step_down(&self, group: &str) -> Result<Option<String>> {
-        let Some(holder) = self.group(group).await?.holder else {
+        let info = self.group(group).await?;
+        let Some(holder) = info.holder else {
             return Ok(None);
         };
+        // The request names the leadership (its token), not only the
+        // holder: arriving late, it must not end a later leadership.
+        let Some(token) = info.token.filter(|t| *t != 0) else {
+            return Err(crate::Error::Protocol {
+                group: group.to_owned(),
+                message: "the lease has a holder but the group's record no token: \
+                          cannot name the leadership to end"
+                    .to_owned(),
+            });
+        };
         let message = Control::StepDown {
+            token,
             holder: holder.clone(),
         }
         .message(group);
@@ -425,6 +487,20 @@ impl Admin {
     }
 }
 
+impl GroupInfo {
+    fn empty(group: &str) -> Self {
+        Self {
+            group: group.to_owned(),
+            holder: None,
+            expires_in: None,
+            token: None,
+            paused: None,
+            cron_jobs: Vec::new(),
+            error: None,
+        }
+    }
+}
+
 impl Notice {
     fn from_wire(notice: WireNotice<'_>) -> Self {
         match notice {
@@ -441,7 +517,11 @@ impl Notice {
                 match request {
                     Control::Pause => Notice::Paused { group },
                     Control::Resume => Notice::Resumed { group },
-                    Control::StepDown { holder } => Notice::StepDownRequested { group, holder },
+                    Control::StepDown { token, holder } => Notice::StepDownRequested {
+                        group,
+                        holder,
+                        token,
+                    },
                 }
             }
         }
@@ -463,5 +543,20 @@ impl Notices {
     /// Cancel safe: a notice not returned stays queued.
     pub async fn recv(&mut self) -> Option<Notice> {
         self.rx.recv().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outside_a_tokio_runtime_new_is_an_error_not_a_panic() {
+        let config = Config::builder()
+            .redis_url("redis://127.0.0.1:1/")
+            .build()
+            .unwrap();
+        let err = Admin::new(&config).unwrap_err();
+        assert!(matches!(err, crate::Error::NoTokioRuntime), "{err}");
     }
 }

@@ -41,7 +41,7 @@ impl Ctx {
     pub(crate) fn new(config: Config) -> Result<Self> {
         let backend = match &config.backend {
             BackendConfig::Redis(redis) => {
-                Backend::Redis(RedisBackend::new(redis, config.call_timeout)?)
+                Backend::Redis(RedisBackend::new(redis, config.call_timeout, true)?)
             }
             BackendConfig::Memory(memory) => Backend::Memory(memory.clone()),
         };

@@ -109,7 +109,9 @@ impl Election {
             }
             if let Some(until) = self.cooldown_until.take() {
                 tracing::debug!("stepped down: out of the race until the cooldown ends or another instance releases");
-                if !self.wait(until).await {
+                // Operators' requests (a resume, a repeated step-down) do not
+                // end it: the instance would win again at once.
+                if !self.wait(until, false).await {
                     return None;
                 }
                 continue;
@@ -165,15 +167,16 @@ impl Election {
                 }
             };
             self.group.control.mark_first_round();
-            if !self.wait(Instant::now() + wait).await {
+            if !self.wait(Instant::now() + wait, true).await {
                 return None;
             }
         }
     }
 
-    /// Follower wait: until `deadline` or a release notice. Answers commands
-    /// meanwhile. Returns false when the runtime stops.
-    async fn wait(&mut self, deadline: Instant) -> bool {
+    /// Follower wait: until `deadline`, a release notice, or (with
+    /// `requests`) an operator's request. Answers commands meanwhile.
+    /// Returns false when the runtime stops.
+    async fn wait(&mut self, deadline: Instant, requests: bool) -> bool {
         loop {
             tokio::select! {
                 biased;
@@ -186,6 +189,7 @@ impl Election {
                     Command::SetEligible(_, reply) => { let _ = reply.send(Ok(())); return true; }
                 },
                 _ = self.group.control.released.notified() => return true,
+                _ = self.group.control.requested.notified(), if requests => return true,
                 _ = sleep_until(deadline) => return true,
             }
         }
@@ -224,6 +228,19 @@ impl Election {
 
     /// Hold the lease until it is lost, handed over, or the runtime stops.
     async fn lead(&mut self, won: Won) -> Flow {
+        let control = &self.group.control;
+        control.leading_token.store(won.token, Ordering::SeqCst);
+        // A step-down request for this leadership may have come before it
+        // began (between the acquire's reply and now): take it at once.
+        if control.step_down_token.load(Ordering::SeqCst) == won.token {
+            control.requested.notify_one();
+        }
+        let flow = self.leading(won).await;
+        self.group.control.leading_token.store(0, Ordering::SeqCst);
+        flow
+    }
+
+    async fn leading(&mut self, won: Won) -> Flow {
         let cfg = &self.ctx.config;
         let (ttl, margin, renew_every) = (cfg.ttl, cfg.drift_margin, cfg.renew_interval);
         let call_timeout = cfg.call_timeout;
@@ -237,11 +254,6 @@ impl Election {
         // Safe start: an earlier holder may still believe it leads.
         let mut ready_at = won.ready_at;
         let mut tenure = None;
-        // A request to hand over that came before this leadership is not for it.
-        self.group
-            .control
-            .step_down_requested
-            .store(false, Ordering::SeqCst);
         match (ready_at, won.why) {
             (None, _) => tenure = Some(self.begin(won.token, won.why, valid_until)),
             (Some(ready), SafeStart::First | SafeStart::No) => tracing::info!(
@@ -293,7 +305,15 @@ impl Election {
                     }
                 },
                 _ = self.group.control.released.notified() => {
-                    if self.group.control.step_down_requested.swap(false, Ordering::SeqCst) {
+                    // The backend reconnected (Redis may have restarted
+                    // empty), or a stray release notice: renew now. Early
+                    // is always safe.
+                    next_renew = Instant::now();
+                }
+                _ = self.group.control.requested.notified() => {
+                    let asked = self.group.control.step_down_token.compare_exchange(
+                        won.token, 0, Ordering::SeqCst, Ordering::SeqCst);
+                    if asked.is_ok() {
                         tracing::info!(token = won.token, "an operator asked this instance to hand over");
                         let _ = self.ctx.events.send(Event::StepDownRequested {
                             group: self.group.name.to_string(),
@@ -303,9 +323,7 @@ impl Election {
                         self.cool_down(ttl);
                         return Flow::Campaign;
                     }
-                    // The backend reconnected (Redis may have restarted
-                    // empty), a pause request, or a stray release notice:
-                    // renew now. Early is always safe.
+                    // A pause request: renew now, which finds the pause.
                     next_renew = Instant::now();
                 }
                 _ = sleep_until(wake) => {}
@@ -395,8 +413,9 @@ impl Election {
     fn cool_down(&mut self, ttl: Duration) {
         self.cooldown_until = Some(Instant::now() + ttl);
         // A wake-up stored while we led (a reconnect notice not yet taken)
-        // must not cut the cooldown short.
+        // must not cut the cooldown short; a request stored then is spent.
         let _ = futures_util::FutureExt::now_or_never(self.group.control.released.notified());
+        let _ = futures_util::FutureExt::now_or_never(self.group.control.requested.notified());
     }
 
     /// Record whether the backend says the group is paused; log and send an

@@ -88,6 +88,20 @@ pub enum Error {
         /// The rejected key.
         key: String,
     },
+    /// A fenced write named a key the runtime keeps for itself (refused
+    /// before anything was sent): `lease`, `token`, `paused`, `result`,
+    /// `cron:*` or `cron-history:*` under a group; see
+    /// [`Fence::key`](crate::Fence::key).
+    #[error(
+        "fenced write for group `{group}`: key {key:?} is one the runtime keeps for itself \
+         (lease, token, paused, result, cron:*, cron-history:*): pick another name"
+    )]
+    ReservedKey {
+        /// The group of the lease.
+        group: String,
+        /// The rejected key.
+        key: String,
+    },
     /// The backend (Redis) failed the call.
     #[error("backend error for group `{group}`: {message}")]
     Backend {

@@ -348,6 +348,13 @@ impl Fence {
     /// `fence.key("state")` in group `cleanup` is `leader:{cleanup}:state`).
     /// Any key whose first `{…}` is `{<group>}` is in that slot.
     ///
+    /// The runtime keeps some names for itself: `lease`, `token`, `paused`,
+    /// `result`, and any starting with `cron:` or `cron-history:`. A fenced
+    /// write to such a key (of any group) is refused with
+    /// [`Error::ReservedKey`] before anything is sent: writing the pause key
+    /// would pause the group fleet-wide, writing the record would corrupt
+    /// its tokens.
+    ///
     /// # Examples
     ///
     /// ```
@@ -571,6 +578,21 @@ impl Fence {
                     key: (*key).to_owned(),
                 });
             }
+        }
+        if let Some(key) = write
+            .keys()
+            .iter()
+            .find(|k| crate::names::reserved_key(&target.prefix, k))
+        {
+            tracing::warn!(
+                group,
+                key,
+                "fenced write refused: the runtime keeps that key for itself"
+            );
+            return Err(Error::ReservedKey {
+                group: group.to_owned(),
+                key: (*key).to_owned(),
+            });
         }
         let op = write.name();
         let call = Call {

@@ -89,10 +89,18 @@ pub(crate) struct Control {
     /// A release notice from another instance arrived (or the notice
     /// connection came back: leaders renew at once).
     pub(crate) released: Notify,
-    /// An operator asked this instance to hand the group over (a control
-    /// request naming it as the holder); taken by the election when woken
-    /// through `released`.
-    pub(crate) step_down_requested: AtomicBool,
+    /// An operator's request about the group arrived (pause, resume, or a
+    /// step-down of the leadership running now). Apart from `released`: a
+    /// step-down's cooldown ends at a release by another instance, never
+    /// at a request.
+    pub(crate) requested: Notify,
+    /// The token of the leadership an operator asked this instance to hand
+    /// over (a control request naming it as the holder; 0: none). Kept
+    /// until a leadership of that token takes it, so a request that comes
+    /// between the acquire's reply and the start of the leadership counts.
+    pub(crate) step_down_token: AtomicU64,
+    /// The token of the leadership the election runs now (0: none).
+    pub(crate) leading_token: AtomicU64,
     /// Set once the election finished its first acquisition round.
     first_round: SetOnce<()>,
     /// Whether this instance takes part in the election.
@@ -122,7 +130,9 @@ impl Group {
             control: Control {
                 commands,
                 released: Notify::new(),
-                step_down_requested: AtomicBool::new(false),
+                requested: Notify::new(),
+                step_down_token: AtomicU64::new(0),
+                leading_token: AtomicU64::new(0),
                 first_round: SetOnce::new(),
                 eligible: AtomicBool::new(true),
                 forgotten: AtomicBool::new(false),

@@ -74,6 +74,29 @@ impl GroupKeys {
     }
 }
 
+/// The names under a group (`{prefix}:{group}:<name>`) the runtime keeps for
+/// itself: the lease, the record, the pause key, a run-once result; and the
+/// prefixes of the cron keys (`cron:<job>`, `cron-history:<job>`). A fenced
+/// write to one of them is refused (see [`reserved_key`]).
+pub(crate) const RESERVED_NAMES: [&str; 4] = ["lease", "token", "paused", "result"];
+/// See [`RESERVED_NAMES`].
+pub(crate) const RESERVED_PREFIXES: [&str; 2] = ["cron:", "cron-history:"];
+
+/// Whether `key` is one the runtime keeps for a group under `prefix`
+/// (`{prefix}:{<any group>}:<reserved name>`): user code writing it would
+/// pause a group, corrupt its record, or break `leader status`.
+pub(crate) fn reserved_key(prefix: &str, key: &str) -> bool {
+    let Some(rest) = key
+        .strip_prefix(prefix)
+        .and_then(|k| k.strip_prefix(":{"))
+        .and_then(|k| k.split_once("}:"))
+        .map(|(_, name)| name)
+    else {
+        return false;
+    };
+    RESERVED_NAMES.contains(&rest) || RESERVED_PREFIXES.iter().any(|p| rest.starts_with(p))
+}
+
 /// The pub/sub channel on which releases of every group under `prefix` are announced.
 pub(crate) fn release_channel(prefix: &str) -> String {
     format!("{prefix}:released")
@@ -91,15 +114,20 @@ pub(crate) fn control_channel(prefix: &str) -> String {
 }
 
 /// An operator's request, published on the control channel as
-/// `"<verb> <group>"`, or `"step-down <group> <holder>"`.
+/// `"<verb> <group>"`, or `"step-down <group> <token> <holder>"` (the token
+/// before the holder: instance ids may contain spaces).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Control {
     /// The group was paused: its leader renews now, sees the pause, and hands over.
     Pause,
     /// The pause ended: followers try to acquire now.
     Resume,
-    /// The holder named hands over (drains, then releases).
+    /// The holder named hands over (drains, then releases) the leadership
+    /// of that token, and that one alone: a request that arrives late, after
+    /// the holder lost and won again, is not for the new leadership.
     StepDown {
+        /// The fencing token of the leadership to end.
+        token: u64,
         /// The instance asked (the holder when the request was made).
         holder: String,
     },
@@ -111,7 +139,7 @@ impl Control {
         match self {
             Control::Pause => format!("pause {group}"),
             Control::Resume => format!("resume {group}"),
-            Control::StepDown { holder } => format!("step-down {group} {holder}"),
+            Control::StepDown { token, holder } => format!("step-down {group} {token} {holder}"),
         }
     }
 
@@ -122,9 +150,11 @@ impl Control {
             "pause" => Some((Control::Pause, rest)),
             "resume" => Some((Control::Resume, rest)),
             "step-down" => {
-                let (group, holder) = rest.split_once(' ')?;
+                let (group, rest) = rest.split_once(' ')?;
+                let (token, holder) = rest.split_once(' ')?;
+                let token = token.parse().ok()?;
                 let holder = holder.to_owned();
-                Some((Control::StepDown { holder }, group))
+                Some((Control::StepDown { token, holder }, group))
             }
             _ => None,
         }
@@ -174,6 +204,31 @@ mod tests {
     }
 
     #[test]
+    fn the_runtimes_keys_are_reserved() {
+        let keys = GroupKeys::new("leader", "jobs");
+        let once = crate::backend::once::OnceKeys::new("leader", "jobs");
+        for key in [&keys.lease, &keys.record, &keys.paused, &once.result] {
+            assert!(reserved_key("leader", key), "{key}");
+        }
+        for key in [
+            "leader:{jobs}:cron:purge",
+            "leader:{jobs}:cron-history:purge",
+        ] {
+            assert!(reserved_key("leader", key), "{key}");
+        }
+        for key in [
+            "leader:{jobs}:state",
+            "leader:{jobs}:leases",
+            "leader:{jobs}:cron",
+            "other:{jobs}:lease",
+            "leader:jobs:lease",
+            "{jobs}:lease",
+        ] {
+            assert!(!reserved_key("leader", key), "{key}");
+        }
+    }
+
+    #[test]
     fn notice_payload_splits_at_first_space() {
         assert_eq!(parse_notice("g host:1 x"), Some(("g", "host:1 x")));
         assert_eq!(parse_notice("nospace"), None);
@@ -182,14 +237,23 @@ mod tests {
     #[test]
     fn control_messages_round_trip() {
         let step_down = Control::StepDown {
+            token: 17,
             holder: "host:1 x".into(),
         };
+        assert_eq!(step_down.message("g"), "step-down g 17 host:1 x");
         for req in [Control::Pause, Control::Resume, step_down] {
             let msg = req.message("jobs");
             assert_eq!(Control::parse(&msg), Some((req.clone(), "jobs")), "{msg}");
         }
         assert_eq!(Control::message(&Control::Pause, "g"), "pause g");
-        for bad in ["", "pause", "halt g", "step-down g"] {
+        for bad in [
+            "",
+            "pause",
+            "halt g",
+            "step-down g",
+            "step-down g a",
+            "step-down g x a",
+        ] {
             assert_eq!(Control::parse(bad), None, "{bad:?}");
         }
     }

@@ -757,17 +757,21 @@ fn notice_sink(shared: Weak<Shared>) -> NoticeSink {
 /// a leader renews at once, which finds the pause and hands over (the renew
 /// finds it without the request too, only later); a follower tries to
 /// acquire, which finds the pause and reports it. A resume wakes followers.
-/// A step-down is for the holder it names.
+/// A step-down is for the holder it names, and the leadership of its token:
+/// it is kept for that leadership (which may not have begun yet), and wakes
+/// the election only when that leadership runs — a late or repeated request
+/// must not wake a follower out of its step-down cooldown.
 fn control(instance_id: &str, group: &Group, request: Control) {
     tracing::debug!(group = %group.name, ?request, "control request");
     match request {
-        Control::Pause | Control::Resume => group.control.released.notify_one(),
-        Control::StepDown { holder } if holder == instance_id => {
-            group
-                .control
-                .step_down_requested
-                .store(true, Ordering::SeqCst);
-            group.control.released.notify_one();
+        Control::Pause | Control::Resume => group.control.requested.notify_one(),
+        Control::StepDown { token, holder } if holder == instance_id && token != 0 => {
+            group.control.step_down_token.store(token, Ordering::SeqCst);
+            // SeqCst, as the election's store of leading_token then load of
+            // step_down_token: one of the two sees the other's write.
+            if group.control.leading_token.load(Ordering::SeqCst) == token {
+                group.control.requested.notify_one();
+            }
         }
         Control::StepDown { .. } => {}
     }

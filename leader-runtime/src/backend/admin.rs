@@ -84,16 +84,18 @@ impl Backend {
         }
     }
 
-    /// Every key whose name starts with `{prefix}:{` (the keys of the groups
-    /// under `prefix`). On Redis Cluster, `KEYS` on every master (a cluster
-    /// connection cannot `SCAN` across nodes); else `SCAN`.
-    pub(crate) async fn group_keys(&self, prefix: &str) -> Result<Vec<String>> {
+    /// Every key whose name starts with `start` (no glob characters: group
+    /// names and prefixes have none). `start` within one group
+    /// (`{prefix}:{group}:…`) reads the node of that group's slot alone.
+    /// Else, on Redis Cluster, `KEYS` on every master (a cluster connection
+    /// cannot follow one `SCAN` cursor across nodes); `SCAN` otherwise.
+    pub(crate) async fn keys_starting_with(&self, start: &str) -> Result<Vec<String>> {
         match self {
-            Backend::Redis(b) => b.group_keys(prefix).await,
+            Backend::Redis(b) => b.keys_starting_with(start).await,
             Backend::Memory(b) => Ok(b
                 .keys()?
                 .into_iter()
-                .filter(|k| k.starts_with(&format!("{prefix}:{{")))
+                .filter(|k| k.starts_with(start))
                 .collect()),
         }
     }
@@ -137,29 +139,53 @@ impl RedisBackend {
         }
     }
 
-    async fn group_keys(&self, prefix: &str) -> Result<Vec<String>> {
-        let pattern = format!("{prefix}:{{*");
+    async fn keys_starting_with(&self, start: &str) -> Result<Vec<String>> {
+        let pattern = format!("{start}*");
         let mut conn = self.conn();
         let err = |e: redis::RedisError| backend_err("*", &e);
-        if self.is_cluster() {
-            return redis::cmd("KEYS")
-                .arg(&pattern)
-                .query_async(&mut conn)
-                .await
-                .map_err(err);
-        }
+        // Within one group: the keys share the slot of `{group}`.
+        let one_slot = start.contains('}').then(|| super::slot(start.as_bytes()));
+        let route = match (&mut conn, one_slot) {
+            (super::redis::Conn::Cluster(_), Some(slot)) => {
+                Some(redis::cluster_routing::RoutingInfo::SingleNode(
+                    redis::cluster_routing::SingleNodeRoutingInfo::SpecificNode(
+                        redis::cluster_routing::Route::new(
+                            slot,
+                            redis::cluster_routing::SlotAddr::Master,
+                        ),
+                    ),
+                ))
+            }
+            (super::redis::Conn::Cluster(_), None) => {
+                return redis::cmd("KEYS")
+                    .arg(&pattern)
+                    .query_async(&mut conn)
+                    .await
+                    .map_err(err);
+            }
+            _ => None,
+        };
         let mut keys = Vec::new();
         let mut cursor: u64 = 0;
         loop {
-            let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
-                .arg(cursor)
+            let mut scan = redis::cmd("SCAN");
+            scan.arg(cursor)
                 .arg("MATCH")
                 .arg(&pattern)
                 .arg("COUNT")
-                .arg(1000)
-                .query_async(&mut conn)
-                .await
-                .map_err(err)?;
+                .arg(1000);
+            let reply: Value = match (&mut conn, &route) {
+                (super::redis::Conn::Cluster(c), Some(route)) => {
+                    c.route_command(scan, route.clone()).await
+                }
+                _ => scan.query_async(&mut conn).await,
+            }
+            .map_err(err)?;
+            let (next, batch): (u64, Vec<String>) =
+                redis::from_redis_value(reply).map_err(|e| Error::Protocol {
+                    group: "*".to_owned(),
+                    message: format!("SCAN returned {e}"),
+                })?;
             keys.extend(batch);
             if next == 0 {
                 return Ok(keys);

@@ -288,6 +288,14 @@ impl MemoryBackend {
             .insert(keys.lease, (holder.to_owned(), Instant::now() + ttl));
     }
 
+    /// Set the last token issued in the record at `key` (which exists).
+    #[cfg(test)]
+    pub(crate) fn set_last_token(&self, key: &str, token: u64) {
+        if let Some(record) = self.state().data.records.get_mut(key) {
+            record.token = token;
+        }
+    }
+
     /// The string at `key`, as fenced writes ([`Fence`](crate::Fence)) left
     /// it (`None`: absent, expired, or not a string), for tests of code that
     /// writes through a fence.

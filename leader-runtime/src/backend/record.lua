@@ -98,7 +98,12 @@ local function read_record(key)
 end
 
 -- Whether the group whose pause key is key is paused. (TYPE, not EXISTS:
--- ACL rules written for earlier versions allow TYPE.)
+-- ACL rules written for earlier versions allow TYPE.) A key of any type
+-- pauses, not only a hash written by pause.lua: a pause fails closed (nobody
+-- leads, nothing runs twice), so a stray key there costs liveness alone and
+-- shows in `leader status` (inspect.lua), where `leader resume` deletes it;
+-- hash-only would let a mistyped pause run the group. Fenced writes refuse
+-- the name (names.rs, reserved_key), so user code does not write it.
 local function paused(key)
   return redis.call('TYPE', key)['ok'] ~= 'none'
 end

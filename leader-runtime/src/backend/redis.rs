@@ -374,8 +374,9 @@ impl ConnectionLike for Conn {
 #[derive(Clone)]
 pub(crate) struct RedisBackend {
     conn: Conn,
-    /// Renewals of many groups in one round trip (see `batch.rs`).
-    renewals: RenewBatcher,
+    /// Renewals of many groups in one round trip (see `batch.rs`); `None`
+    /// for a backend that never leads (the admin API).
+    renewals: Option<RenewBatcher>,
     /// Where the release-notice subscription connects.
     notices: NoticeSource,
     scripts: Arc<Scripts>,
@@ -399,8 +400,10 @@ struct Scripts {
 
 impl RedisBackend {
     /// A backend for `config`; connects lazily, so an unreachable Redis at
-    /// start-up is not an error (the elections retry).
-    pub(crate) fn new(config: &RedisConfig, call_timeout: Duration) -> Result<Self> {
+    /// start-up is not an error (the elections retry). `renews`: start the
+    /// renew batcher (a task: inside a tokio runtime), which a backend that
+    /// never leads (the admin API) does without.
+    pub(crate) fn new(config: &RedisConfig, call_timeout: Duration, renews: bool) -> Result<Self> {
         let clients = Clients::new(config)?;
         #[cfg(feature = "tls")]
         if config.urls.iter().any(|u| is_tls_url(u)) {
@@ -444,7 +447,7 @@ impl RedisBackend {
             _ => NoticeSource::Nodes(clients.nodes.into()),
         };
         Ok(Self {
-            renewals: RenewBatcher::new(conn.clone(), config.cluster),
+            renewals: renews.then(|| RenewBatcher::new(conn.clone(), config.cluster)),
             conn,
             notices,
             scripts: Arc::new(Scripts {
@@ -554,10 +557,14 @@ impl RedisBackend {
                 unconfirmed.remove(op.group);
                 Ok(Acquire::Won { token, wait, why })
             }
-            held @ (Acquire::Held { .. } | Acquire::Paused) => {
+            held @ Acquire::Held { .. } => {
                 unconfirmed.remove(op.group);
                 Ok(held)
             }
+            // The script returned before reading the lease: says nothing of
+            // whether the unconfirmed acquisition reached the replicas, so
+            // the next win after the resume still waits one ttl.
+            Acquire::Paused => Ok(Acquire::Paused),
         }
     }
     /// The command connection (cheap to clone), for fenced writes.
@@ -565,20 +572,22 @@ impl RedisBackend {
         self.conn.clone()
     }
 
-    /// Whether this is a Redis Cluster (commands go to the node of their slot).
-    pub(super) fn is_cluster(&self) -> bool {
-        matches!(self.conn, Conn::Cluster(_))
-    }
-
     pub(super) async fn renew(&self, op: &Op<'_>, ttl: Duration) -> Result<Renew> {
-        self.renewals
-            .renew(op.group, op.keys, op.id, millis(ttl))
-            .await
+        let Some(renewals) = &self.renewals else {
+            return Err(Error::backend(
+                op.group,
+                "this connection does not renew leases (the admin API's)".to_owned(),
+            ));
+        };
+        renewals.renew(op.group, op.keys, op.id, millis(ttl)).await
     }
 
     /// When to renew a lease due at `due`: on the grid the batches share.
     pub(super) fn renew_at(&self, due: Instant, every: Duration) -> Instant {
-        self.renewals.align(due, every)
+        match &self.renewals {
+            Some(renewals) => renewals.align(due, every),
+            None => due,
+        }
     }
 
     pub(super) async fn release(&self, op: &Op<'_>, channel: &str, token: u64) -> Result<bool> {

@@ -198,21 +198,128 @@ async fn a_step_down_request_hands_over_to_another_instance() {
     );
 }
 
+fn publish_step_down(mem: &MemoryBackend, token: u64, holder: &str) {
+    let channel = crate::names::control_channel("leader");
+    let request = crate::names::Control::StepDown {
+        token,
+        holder: holder.into(),
+    };
+    mem.publish(&channel, request.message(G));
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_step_down_request_is_for_the_holder_it_names() {
     let mem = MemoryBackend::new();
     let (a, b) = (instance(&mem, "a"), instance(&mem, "b"));
-    assert!(a.run_if_leader(G, || async {}).await.is_some());
+    let token = a
+        .run_if_leader(G, || async { crate::current_lease().unwrap().token() })
+        .await
+        .unwrap();
     assert!(b.run_if_leader(G, || async {}).await.is_none());
-    let channel = crate::names::control_channel("leader");
-    let stale = crate::names::Control::StepDown { holder: "b".into() };
-    mem.publish(&channel, stale.message(G));
+    let mut a_events = a.subscribe();
+    // Another holder named, or another leadership of this holder: nothing.
+    publish_step_down(&mem, token, "b");
+    publish_step_down(&mem, token + 1, "a");
+    publish_step_down(&mem, token - 1, "a");
     settle().await;
     sleep(TTL * 3).await;
     assert!(a.is_leader(G));
     assert_eq!(a.stats(G).unwrap().lost(), 0);
+    // The request naming this leadership works.
+    let before = Instant::now();
+    publish_step_down(&mem, token, "a");
+    stepped_down(&mut a_events).await;
+    assert_eq!(Instant::now(), before);
+    assert_eq!(a.stats(G).unwrap().lost_stepped_down, 1);
     // Nobody holds it: nothing to ask.
     a.shutdown().await;
     b.shutdown().await;
     assert_eq!(admin(&mem).step_down(G).await.unwrap(), None);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_late_step_down_request_does_not_end_a_later_leadership() {
+    let mem = MemoryBackend::new();
+    let a = instance(&mem, "a");
+    let first = a
+        .run_if_leader(G, || async { crate::current_lease().unwrap().token() })
+        .await
+        .unwrap();
+    a.step_down(G).await.unwrap();
+    // Alone: it wins again after its cooldown.
+    sleep(TTL * 2).await;
+    let second = a
+        .run_if_leader(G, || async { crate::current_lease().unwrap().token() })
+        .await
+        .expect("leads again");
+    assert!(second > first);
+    // The operator asked while the first leadership ran; it arrives now.
+    publish_step_down(&mem, first, "a");
+    settle().await;
+    sleep(TTL * 3).await;
+    assert!(a.is_leader(G));
+    assert_eq!(a.stats(G).unwrap().lost_stepped_down, 1, "the first alone");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_step_down_request_that_comes_before_its_leadership_begins_is_taken() {
+    let mem = MemoryBackend::new();
+    let admin = admin(&mem);
+    let a = instance(&mem, "a");
+    assert!(a.run_if_leader(G, || async {}).await.is_some());
+    admin.pause(G, "ops", None).await.unwrap();
+    let mut events = a.subscribe();
+    stepped_down(&mut events).await;
+    // The next token is predictable once the last one is above the clock.
+    let last = 9_000_000_000_000_000_000;
+    mem.set_last_token(&GroupKeys::new("leader", G).record, last);
+    // The request for the next leadership comes first (as when it arrives
+    // between the acquire's reply and the start of the leadership).
+    publish_step_down(&mem, last + 1, "a");
+    settle().await;
+    assert!(!a.is_leader(G));
+    admin.resume(G).await.unwrap();
+    loop {
+        let next = tokio::time::timeout(TTL * 5, next_transition(&mut events));
+        match next.await.expect("no step-down request taken within 5 ttl") {
+            Event::Elected { token, .. } => assert_eq!(token, last + 1),
+            Event::StepDownRequested { token, .. } => {
+                assert_eq!(token, last + 1);
+                break;
+            }
+            Event::Resumed { .. } => {}
+            other => panic!("{other:?}"),
+        }
+    }
+    stepped_down(&mut events).await;
+    assert_eq!(a.stats(G).unwrap().lost_stepped_down, 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn requests_do_not_cut_a_step_down_cooldown_short() {
+    let mem = MemoryBackend::new();
+    let admin = admin(&mem);
+    let a = instance(&mem, "a");
+    let token = a
+        .run_if_leader(G, || async { crate::current_lease().unwrap().token() })
+        .await
+        .unwrap();
+    let mut events = a.subscribe();
+    let before = Instant::now();
+    assert_eq!(admin.step_down(G).await.unwrap().as_deref(), Some("a"));
+    stepped_down(&mut events).await;
+    // A repeated request, a pause and a resume, during the cooldown.
+    publish_step_down(&mem, token, "a");
+    admin.pause(G, "ops", None).await.unwrap();
+    admin.resume(G).await.unwrap();
+    loop {
+        if let Event::Elected { .. } = next_transition(&mut events).await {
+            break;
+        }
+    }
+    assert!(
+        Instant::now() >= before + TTL,
+        "re-elected {:?} after stepping down, within the cooldown",
+        Instant::now() - before
+    );
 }
