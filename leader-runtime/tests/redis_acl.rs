@@ -7,7 +7,7 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use leader_runtime::{Config, Error, Event, Runtime};
+use leader_runtime::{Config, Error, Event, LostReason, Runtime};
 use leader_testkit::RedisServer;
 use tokio::sync::broadcast;
 use tokio::time::{timeout, Instant};
@@ -197,29 +197,62 @@ async fn a_user_without_the_control_channel_still_elects_and_sees_pauses_at_rene
         .start()
         .await
         .unwrap();
-    let a = instance(&url(&server, PASSWORD), "a");
+    // A long ttl: without release notices a follower would wait for the
+    // lease's expiry (seconds) to take over.
+    let ttl = Duration::from_secs(3);
+    let instance = |id: &str| {
+        Runtime::new(
+            Config::builder()
+                .redis_url(url(&server, PASSWORD))
+                .ttl(ttl)
+                .renew_interval(RENEW)
+                .retry_interval(Duration::from_millis(200))
+                .instance_id(id)
+                .build()
+                .unwrap(),
+        )
+        .unwrap()
+    };
+    let (a, b) = (instance("a"), instance("b"));
     let mut a_events = a.subscribe();
     assert!(a.run_if_leader(G, || async {}).await.is_none());
-    elected(&mut a_events, TTL * 3).await;
-    // Paused by someone allowed to: a's renewal finds it.
+    elected(&mut a_events, ttl * 3).await;
+    assert!(b.run_if_leader(G, || async {}).await.is_none());
+    // The SUBSCRIBE to the control channel was refused; the release
+    // channel's notices still arrive: a hand-over in about one round trip.
+    let mut b_events = b.subscribe();
+    let start = Instant::now();
+    a.step_down(G).await.unwrap();
+    elected(&mut b_events, ttl).await;
+    let handover = start.elapsed();
+    server.check(
+        handover < Duration::from_secs(1),
+        format!("handover took {handover:?}: no release notice"),
+    );
+    // Paused by someone allowed to: b's renewal finds it.
     server
         .cmd(&["HSET", "leader:{jobs}:paused", "by", "ops"])
         .await
         .unwrap();
     let paused = Instant::now();
-    let lost = timeout(RENEW * 3, async {
+    let lost = timeout(RENEW * 5, async {
         loop {
-            if let Event::Lost { .. } = a_events.recv().await.unwrap() {
-                return;
+            if let Event::Lost { reason, .. } = b_events.recv().await.unwrap() {
+                return reason;
             }
         }
     })
     .await;
-    server.check(lost.is_ok(), "a did not hand over after the pause");
+    server.check(
+        lost.as_ref().ok() == Some(&LostReason::SteppedDown),
+        format!("b did not hand over after the pause: {lost:?}"),
+    );
+    // Within one renew interval, with margin for a busy machine.
     assert!(
-        paused.elapsed() <= RENEW + Duration::from_millis(200),
+        paused.elapsed() <= RENEW + Duration::from_millis(900),
         "{:?}",
         paused.elapsed()
     );
     a.shutdown().await;
+    b.shutdown().await;
 }
