@@ -319,6 +319,35 @@ async fn watch_prints_transitions_as_they_happen() {
     out.wait_for_from(i + 1, |l| l.contains("jobs: no leader"), limit)
         .await
         .unwrap();
+    // A group the watch did not list: its notice makes it read it at once
+    // (the next listing of every group is 15 s away).
+    let paused = leader(&server, &["pause", "fresh", "--wait", "0"]).await;
+    assert_exit(&paused, 0);
+    out.wait_for_from(i + 1, |l| l.contains("fresh: paused by"), limit)
+        .await
+        .unwrap();
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_closed_output_pipe_ends_the_tool_quietly() {
+    let server = RedisServer::start().await.unwrap();
+    let (a, b) = fleet(&server).await;
+    // `true` exits without reading: the tool's first line meets a closed pipe.
+    let script = r#"set -o pipefail; "$0" --url "$1" status 2>"$2" | true"#;
+    let dir = std::env::temp_dir().join(format!("leader-cli-epipe-{}", std::process::id()));
+    let mut cmd = Command::new("bash");
+    cmd.arg("-c")
+        .arg(script)
+        .arg(env!("CARGO_BIN_EXE_leader"))
+        .arg(server.url())
+        .arg(&dir);
+    let out = run(cmd).await;
+    let err = std::fs::read_to_string(&dir).unwrap_or_default();
+    let _ = std::fs::remove_file(&dir);
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(out.status.code(), Some(0), "{err}");
     a.shutdown().await;
     b.shutdown().await;
 }
@@ -376,6 +405,23 @@ async fn usage_errors_exit_2_and_help_has_examples() {
     let mut cmd = command();
     cmd.args(["--url", "redis://h", "--cluster-url", "redis://h", "status"]);
     assert_exit(&run(cmd).await, 2);
+    // Durations that are not: usage errors, before any connection.
+    for args in [
+        &["--timeout", "-1", "status"][..],
+        &["--timeout", "NaN", "status"],
+        &["--timeout", "0", "status"],
+        &["--timeout", "inf", "status"],
+        &["pause", "g", "--wait", "-1"],
+        &["step-down", "g", "--wait", "nan"],
+        &["step-down", "g", "--wait", "1e300"],
+        &["watch", "--interval", "10"],
+    ] {
+        let mut cmd = command();
+        cmd.args(["--url", "redis://127.0.0.1:1"]).args(args);
+        let out = run(cmd).await;
+        assert_exit(&out, 2);
+        assert!(!stderr(&out).contains("panicked"), "{}", stderr(&out));
+    }
     let mut cmd = command();
     cmd.arg("--help");
     let out = run(cmd).await;

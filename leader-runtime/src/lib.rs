@@ -189,8 +189,8 @@
 //! | the leader stops cleanly ([`shutdown`], or dropping the [`Runtime`]) | gated runs in flight finish first, then the lease is released and a notice published; a follower takes over in about **one round trip**. The runtime installs no signal handler: call [`shutdown`] from yours. A process that exits without it counts as a crash |
 //! | [`step_down`] | the same drain and release; this instance stays out of the race for one `ttl` or until another instance released; alone, it takes the lease back after that |
 //! | [`set_eligible(group, false)`](set_eligible) | the same drain and release, then no acquire attempts at all until `set_eligible(group, true)` |
-//! | an operator runs `leader step-down <group>` ([`admin::Admin::step_down`]) | the holder it names does what [`step_down`] does ([`Event::StepDownRequested`], then [`Event::Lost`]) |
-//! | an operator runs `leader pause <group>` ([`admin::Admin::pause`]) | fleet-wide, until resumed, across restarts: no instance acquires the group ([`Event::Paused`], [`GroupStatus::paused`]); its leader drains and releases at once, or at its next renewal if the request's notice was lost — within one `renew_interval` |
+//! | an operator runs `leader step-down <group>` ([`admin::Admin::step_down`]) | the holder it names, if it still holds the leadership of the token the request names, does what [`step_down`] does ([`Event::StepDownRequested`], then [`Event::Lost`]) |
+//! | an operator runs `leader pause <group>` ([`admin::Admin::pause`]) | fleet-wide, until resumed, across restarts: no instance acquires the group ([`Event::Paused`], [`GroupStatus::paused`]); its leader notices at once, or at its next renewal if the request's notice was lost — within one `renew_interval` — and stops admitting runs; it releases once the runs in flight finished, waiting for them up to the end of its view (the lease is no longer extended) |
 //! | Redis down or slow | the leader retries its renew quickly while its view is valid; the view ends at `valid_until` ([`LostReason::Expired`]), before the lease can expire on the server. Followers retry every `retry_interval`. Every call has a timeout no longer than what the view has left. When Redis is back, an election happens by itself |
 //! | a network partition | the side cut off from Redis behaves as "Redis down"; the side that reaches it elects a new leader once the old lease expired on the server — after the old leader's view ended |
 //! | someone else holds the key when the leader renews | the view ends at once ([`LostReason::Superseded`]) |
@@ -328,15 +328,15 @@
 //! | op | semantics |
 //! | --- | --- |
 //! | acquire | if the group is paused (its key `{prefix}:{<group>}:paused` exists): nothing, and say so. If someone else holds the lease: return the holder and its remaining `PTTL`. Else (absent, or ours: a re-claim after an election restart) set our id with `PX ttl`, issue a token = max(last token + 1, server `TIME` in µs), and say how long our view must **wait**: one `ttl` when there is no record (first election, data loss) or the server does not vouch for it (restart from disk, promoted replica, restore); else until `until` has passed (`prior` for a re-claim) — zero after a natural expiry or a clean release, the rest of the old holder's time after an eviction or `DEL`. A malformed record is an error, and nothing is written |
-//! | renew | if we hold it and the group is not paused: `PEXPIRE ttl`, and the record's `until` follows; else say who (nobody, or someone else), or that it is paused — the leader then hands over as [`step_down`] does, so a pause ends a leadership within one `renew_interval` even when its notice was lost |
+//! | renew | if we hold it and the group is not paused: `PEXPIRE ttl`, and the record's `until` follows; else say who (nobody, or someone else), or that it is paused — the leader then hands over as [`step_down`] does, so a leader notices a pause within one `renew_interval` even when its notice was lost (it stops admitting runs then, and releases once the runs in flight finished) |
 //! | release | if we hold it: delete it, lower `until` to `max(prior, now)` (we drained and ended our view first; the holders before us may still count), and publish `"<group> <id>"` on `{prefix}:released` |
 //!
 //! Operators' requests ([`admin`], the `leader` CLI) arrive on
 //! `{prefix}:control` over the same pub/sub connection as release notices:
 //! `pause <group>` and `resume <group>` (after writing or deleting the pause
 //! key, which the scripts above check, so the notice only makes it quicker)
-//! and `step-down <group> <holder>` (that holder hands over as [`step_down`]
-//! does). Pausing writes nothing else: the record's rules are untouched.
+//! and `step-down <group> <token> <holder>` (that holder hands over as
+//! [`step_down`] does, if it still holds the leadership of that token). Pausing writes nothing else: the record's rules are untouched.
 //!
 //! **The rule:** a new leader's view begins only once every earlier holder's
 //! view has certainly ended. The wait is counted from when the acquire's
