@@ -15,7 +15,7 @@ use crate::format;
 const STATUS_RUNS: usize = 3;
 
 /// How often `watch` lists the groups under the prefix (a `SCAN` of the
-/// whole keyspace; `KEYS` on each Cluster master), beyond the groups that
+/// whole keyspace, on each master of a cluster), beyond the groups that
 /// notices name.
 const DISCOVER: Duration = Duration::from_secs(15);
 

@@ -446,7 +446,7 @@ async fn the_documented_acl_user_for_the_tool_can_do_everything() {
     // DEPLOYING.md, "ACL user for the tool", without the connection set-up
     // commands (`client|setinfo` is unknown to Redis 7.0).
     let rules = "~leader:* &leader:released &leader:control +evalsha +eval +script|load +scan \
-                 +keys +get +pttl +type +hget +hmget +lrange +del +hset +publish +subscribe +ping";
+                 +get +pttl +type +hget +hmget +lrange +del +hset +publish +subscribe +ping";
     let server = RedisServer::builder()
         .acl_user("ops", "ops-pw", rules)
         .start()
@@ -465,6 +465,12 @@ async fn the_documented_acl_user_for_the_tool_can_do_everything() {
         let out = run(cmd).await;
         assert_exit(&out, 0);
     }
+    // No cron job has run: exit 1, for that reason and no other.
+    let mut cmd = command();
+    cmd.arg("--url").arg(&url).args(["history", G]);
+    let out = run(cmd).await;
+    assert_exit(&out, 1);
+    assert!(stderr(&out).contains("no cron job of"), "{}", stderr(&out));
     let denials = server.cmd(&["ACL", "LOG"]).await.unwrap();
     server.check(
         matches!(&denials, leader_testkit::Reply::Array(v) if v.is_empty()),
@@ -529,5 +535,24 @@ async fn status_and_pause_on_a_cluster_see_groups_on_every_master() {
     assert_exit(&out, 0);
     assert!(!a.is_leader(&groups[1]));
     assert!(a.is_leader(&groups[0]) && a.is_leader(&groups[2]));
+    // A cron history on the last master: `history GROUP` finds its job by a
+    // SCAN of that group's node, `status` by a SCAN of every master.
+    let last = groups.len() - 1;
+    let key = format!("leader:{{{}}}:cron-history:purge", groups[last]);
+    cluster
+        .node(last)
+        .cmd(&["LPUSH", &key, "not a run"])
+        .await
+        .unwrap();
+    let out = run(cluster_args(&["history", &groups[last]])).await;
+    assert_exit(&out, 0);
+    assert!(stdout(&out).contains("purge: no runs"), "{}", stdout(&out));
+    let out = run(cluster_args(&["status", "--json"])).await;
+    let status: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        group(&status, &groups[last])["cron_jobs"][0]["job"],
+        "purge",
+        "{status:#}"
+    );
     a.shutdown().await;
 }

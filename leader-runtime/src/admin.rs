@@ -219,9 +219,9 @@ impl Admin {
     /// cron jobs. A group that cannot be read is listed with its
     /// [`error`](GroupInfo::error) rather than failing the list.
     ///
-    /// Lists keys with `SCAN` (on Redis Cluster: `KEYS` on each master,
-    /// which blocks each for a moment on a large keyspace): a tool polling
-    /// for changes should call this now and then, and
+    /// Lists keys with `SCAN` (on Redis Cluster: on each master, as
+    /// `CLUSTER SLOTS` lists them), which walks the whole keyspace: a tool
+    /// polling for changes should call this now and then, and
     /// [`group`](Self::group) for the groups it knows in between.
     ///
     /// # Errors

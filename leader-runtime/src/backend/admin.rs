@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use redis::{Script, Value};
 
-use super::redis::RedisBackend;
+use super::redis::{Conn, RedisBackend};
 use super::Backend;
 use crate::names::GroupKeys;
 use crate::{Error, Result};
@@ -85,10 +85,10 @@ impl Backend {
     }
 
     /// Every key whose name starts with `start` (no glob characters: group
-    /// names and prefixes have none). `start` within one group
-    /// (`{prefix}:{group}:…`) reads the node of that group's slot alone.
-    /// Else, on Redis Cluster, `KEYS` on every master (a cluster connection
-    /// cannot follow one `SCAN` cursor across nodes); `SCAN` otherwise.
+    /// names and prefixes have none), by `SCAN`. On Redis Cluster, `SCAN`
+    /// on each master (listed by `CLUSTER SLOTS`), or on the master of the
+    /// group's slot alone when `start` is within one group
+    /// (`{prefix}:{group}:…`).
     pub(crate) async fn keys_starting_with(&self, start: &str) -> Result<Vec<String>> {
         match self {
             Backend::Redis(b) => b.keys_starting_with(start).await,
@@ -140,59 +140,101 @@ impl RedisBackend {
     }
 
     async fn keys_starting_with(&self, start: &str) -> Result<Vec<String>> {
+        use redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
         let pattern = format!("{start}*");
         let mut conn = self.conn();
-        let err = |e: redis::RedisError| backend_err("*", &e);
-        // Within one group: the keys share the slot of `{group}`.
-        let one_slot = start.contains('}').then(|| super::slot(start.as_bytes()));
-        let route = match (&mut conn, one_slot) {
-            (super::redis::Conn::Cluster(_), Some(slot)) => {
-                Some(redis::cluster_routing::RoutingInfo::SingleNode(
-                    redis::cluster_routing::SingleNodeRoutingInfo::SpecificNode(
-                        redis::cluster_routing::Route::new(
-                            slot,
-                            redis::cluster_routing::SlotAddr::Master,
-                        ),
-                    ),
-                ))
-            }
-            (super::redis::Conn::Cluster(_), None) => {
-                return redis::cmd("KEYS")
-                    .arg(&pattern)
-                    .query_async(&mut conn)
-                    .await
-                    .map_err(err);
-            }
-            _ => None,
+        if !matches!(conn, Conn::Cluster(_)) {
+            return scan(&mut conn, None, &pattern).await;
+        }
+        // A cluster: one SCAN per node. Within one group, the keys share
+        // the slot of `{group}`: its master alone.
+        let nodes = if start.contains('}') {
+            let slot = super::slot(start.as_bytes());
+            vec![SingleNodeRoutingInfo::SpecificNode(Route::new(
+                slot,
+                SlotAddr::Master,
+            ))]
+        } else {
+            masters(&mut conn).await?
         };
         let mut keys = Vec::new();
-        let mut cursor: u64 = 0;
-        loop {
-            let mut scan = redis::cmd("SCAN");
-            scan.arg(cursor)
-                .arg("MATCH")
-                .arg(&pattern)
-                .arg("COUNT")
-                .arg(1000);
-            let reply: Value = match (&mut conn, &route) {
-                (super::redis::Conn::Cluster(c), Some(route)) => {
-                    c.route_command(scan, route.clone()).await
-                }
-                _ => scan.query_async(&mut conn).await,
+        for node in nodes {
+            keys.extend(scan(&mut conn, Some(node), &pattern).await?);
+        }
+        Ok(keys)
+    }
+}
+
+/// Every key matching `pattern`, by `SCAN` on `node` (a cluster's) or the server.
+async fn scan(
+    conn: &mut Conn,
+    node: Option<redis::cluster_routing::SingleNodeRoutingInfo>,
+    pattern: &str,
+) -> Result<Vec<String>> {
+    let err = |e: redis::RedisError| backend_err("*", &e);
+    let mut keys = Vec::new();
+    let mut cursor: u64 = 0;
+    loop {
+        let mut cmd = redis::cmd("SCAN");
+        cmd.arg(cursor)
+            .arg("MATCH")
+            .arg(pattern)
+            .arg("COUNT")
+            .arg(1000);
+        let reply: Value = match (&mut *conn, &node) {
+            (Conn::Cluster(c), Some(node)) => {
+                let route = redis::cluster_routing::RoutingInfo::SingleNode(node.clone());
+                c.route_command(cmd, route).await
             }
-            .map_err(err)?;
-            let (next, batch): (u64, Vec<String>) =
-                redis::from_redis_value(reply).map_err(|e| Error::Protocol {
-                    group: "*".to_owned(),
-                    message: format!("SCAN returned {e}"),
-                })?;
-            keys.extend(batch);
-            if next == 0 {
-                return Ok(keys);
-            }
-            cursor = next;
+            (conn, _) => cmd.query_async(conn).await,
+        }
+        .map_err(err)?;
+        let (next, batch): (u64, Vec<String>) =
+            redis::from_redis_value(reply).map_err(|e| Error::Protocol {
+                group: "*".to_owned(),
+                message: format!("SCAN returned {e}"),
+            })?;
+        keys.extend(batch);
+        if next == 0 {
+            return Ok(keys);
+        }
+        cursor = next;
+    }
+}
+
+/// The masters of a cluster, by address, from `CLUSTER SLOTS`.
+async fn masters(conn: &mut Conn) -> Result<Vec<redis::cluster_routing::SingleNodeRoutingInfo>> {
+    let reply: Value = redis::cmd("CLUSTER")
+        .arg("SLOTS")
+        .query_async(conn)
+        .await
+        .map_err(|e| backend_err("*", &e))?;
+    let bad = || protocol_err("*", "CLUSTER SLOTS", &reply);
+    let Value::Array(ranges) = &reply else {
+        return Err(bad());
+    };
+    let mut out = Vec::new();
+    for range in ranges {
+        // [start, end, [host, port, id, …], replicas…]
+        let Value::Array(range) = range else {
+            return Err(bad());
+        };
+        let Some(Value::Array(master)) = range.get(2) else {
+            return Err(bad());
+        };
+        let (Some(Value::BulkString(host)), Some(Value::Int(port))) =
+            (master.first(), master.get(1))
+        else {
+            return Err(bad());
+        };
+        let host = String::from_utf8_lossy(host).into_owned();
+        let port = u16::try_from(*port).map_err(|_| bad())?;
+        let node = redis::cluster_routing::SingleNodeRoutingInfo::ByAddress { host, port };
+        if !out.contains(&node) {
+            out.push(node);
         }
     }
+    Ok(out)
 }
 
 fn parse_inspect(group: &str, reply: Value) -> Result<Inspected> {
