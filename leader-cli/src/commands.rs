@@ -98,8 +98,15 @@ async fn last_runs(
 async fn status(admin: &Admin, json: bool) -> Result<(), Error> {
     let groups = admin.groups().await?;
     let mut rows = Vec::with_capacity(groups.len());
-    for info in groups {
-        let jobs = last_runs(admin, &info, STATUS_RUNS).await?;
+    for mut info in groups {
+        // One group's unreadable history does not hide the others.
+        let jobs = match last_runs(admin, &info, STATUS_RUNS).await {
+            Ok(jobs) => jobs,
+            Err(e) => {
+                info.error.get_or_insert_with(|| e.to_string());
+                Vec::new()
+            }
+        };
         rows.push((info, jobs));
     }
     if json {
@@ -112,23 +119,19 @@ async fn status(admin: &Admin, json: bool) -> Result<(), Error> {
         out!("no groups under the prefix `{}`", admin.prefix());
         return Ok(());
     }
-    let table: Vec<[String; 5]> =
-        rows.iter()
-            .map(|(info, _)| {
-                [
-                    info.group.clone(),
-                    info.holder.clone().unwrap_or_else(|| "-".to_owned()),
-                    info.token.map_or_else(|| "-".to_owned(), |t| t.to_string()),
-                    info.expires_in
-                        .map_or_else(|| "-".to_owned(), format::duration),
-                    match &info.error {
-                        Some(e) => format!("? (cannot read the group: {e})"),
-                        None => format::pause(info)
-                            .map_or_else(|| "no".to_owned(), |p| format!("yes, {p}")),
-                    },
-                ]
-            })
-            .collect();
+    let table: Vec<[String; 5]> = rows
+        .iter()
+        .map(|(info, _)| {
+            [
+                info.group.clone(),
+                info.holder.clone().unwrap_or_else(|| "-".to_owned()),
+                info.token.map_or_else(|| "-".to_owned(), |t| t.to_string()),
+                info.expires_in
+                    .map_or_else(|| "-".to_owned(), format::duration),
+                format::pause(info).map_or_else(|| "no".to_owned(), |p| format!("yes, {p}")),
+            ]
+        })
+        .collect();
     let header = ["GROUP", "HOLDER", "TOKEN", "EXPIRES IN", "PAUSED"].map(str::to_owned);
     let mut widths = header.clone().map(|h| h.len());
     for row in &table {
@@ -145,8 +148,11 @@ async fn status(admin: &Admin, json: bool) -> Result<(), Error> {
         cells.join("  ").trim_end().to_owned()
     };
     out!("{}", line(&header));
-    for (row, (_, jobs)) in table.iter().zip(&rows) {
+    for (row, (info, jobs)) in table.iter().zip(&rows) {
         out!("{}", line(row));
+        if let Some(e) = &info.error {
+            out!("    cannot read all of it: {e}");
+        }
         for (job, runs) in jobs {
             if runs.is_empty() {
                 out!("    cron {job}: no runs yet");

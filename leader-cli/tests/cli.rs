@@ -139,6 +139,26 @@ async fn status_shows_the_leader() {
     assert!(jobs["paused"].is_null());
     let left = jobs["expires_in_ms"].as_u64().unwrap();
     assert!(left > 0 && left <= TTL.as_millis() as u64, "{left}");
+
+    // A group whose keys are not what the runtime writes (a string at its
+    // pause name, a set at its lease): listed, beside the others.
+    server
+        .cmd(&["SET", "leader:{stray}:paused", "x"])
+        .await
+        .unwrap();
+    server
+        .cmd(&["SADD", "leader:{broken}:lease", "x"])
+        .await
+        .unwrap();
+    let out = leader(&server, &["status"]).await;
+    assert_exit(&out, 0);
+    let text = stdout(&out);
+    assert!(text.contains("\njobs "), "{text}");
+    assert!(text.contains("not a pause mark"), "{text}");
+    assert!(text.contains("cannot read all of it: "), "{text}");
+    let status = status_json(&server).await;
+    assert!(group(&status, "broken")["error"].is_string(), "{status:#}");
+    assert!(group(&status, "stray")["paused"].is_object(), "{status:#}");
     a.shutdown().await;
     b.shutdown().await;
 }

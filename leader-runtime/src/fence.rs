@@ -790,4 +790,43 @@ mod tests {
         let err = fence.set("state", "v").await.unwrap_err().to_string();
         assert!(err.contains("Fence::key"), "{err}");
     }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_runtimes_own_keys_are_refused_before_anything_is_sent() {
+        let mem = MemoryBackend::new();
+        let rt = instance(&mem, "a");
+        let fence = lease(&rt, "cleanup").await.fence();
+        let paused = fence.key("paused");
+        mem.set_available(false); // anything sent would fail with Backend
+        for name in [
+            "lease",
+            "token",
+            "paused",
+            "result",
+            "cron:x",
+            "cron-history:x",
+        ] {
+            let key = fence.key(name);
+            assert!(
+                matches!(fence.set(&key, "v").await, Err(Error::ReservedKey { .. })),
+                "{key}"
+            );
+            assert!(matches!(
+                fence.delete(&key).await,
+                Err(Error::ReservedKey { .. })
+            ));
+        }
+        let script = FencedScript::new("return 1");
+        let err = fence
+            .eval(&script, &[&fence.key("a"), &paused], &[])
+            .await
+            .unwrap_err();
+        assert!(matches!(err, Error::ReservedKey { .. }), "{err}");
+        assert!(err.to_string().contains("pick another name"), "{err}");
+        // Other names are sent (and fail: the backend is down).
+        assert!(matches!(
+            fence.set(fence.key("pausedx"), "v").await,
+            Err(Error::Backend { .. })
+        ));
+    }
 }
