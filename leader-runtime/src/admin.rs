@@ -69,6 +69,9 @@ pub struct Admin {
     prefix: String,
     call_timeout: Duration,
     retry_interval: Duration,
+    /// The runtime `new` was called in: [`Admin::notices`] spawns its
+    /// subscription there, wherever it is called from.
+    handle: tokio::runtime::Handle,
 }
 
 impl std::fmt::Debug for Admin {
@@ -174,7 +177,8 @@ impl Admin {
     /// set up; [`Error::NoTokioRuntime`](crate::Error::NoTokioRuntime)
     /// outside a tokio runtime.
     pub fn new(config: &Config) -> Result<Self> {
-        tokio::runtime::Handle::try_current().map_err(|_| crate::Error::NoTokioRuntime)?;
+        let handle =
+            tokio::runtime::Handle::try_current().map_err(|_| crate::Error::NoTokioRuntime)?;
         let (backend, target) = match &config.backend {
             BackendConfig::Redis(redis) => (
                 Backend::Redis(RedisBackend::new(redis, config.call_timeout, false)?),
@@ -188,6 +192,7 @@ impl Admin {
             prefix: config.key_prefix.clone(),
             call_timeout: config.call_timeout,
             retry_interval: config.retry_interval,
+            handle,
         })
     }
 
@@ -459,6 +464,7 @@ impl Admin {
     pub fn notices(&self) -> Notices {
         let (tx, rx) = mpsc::unbounded_channel();
         let stop = CancellationToken::new();
+        let _runtime = self.handle.enter();
         let sink = std::sync::Arc::new(move |notice: WireNotice<'_>| {
             let _ = tx.send(Notice::from_wire(notice));
         });
