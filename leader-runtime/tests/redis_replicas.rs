@@ -106,3 +106,99 @@ async fn leads_once_the_replica_has_the_lease_and_not_without_enough_replicas() 
     b.shutdown().await;
     a.shutdown().await;
 }
+
+/// Waits until `primary` has `n` replicas online.
+async fn replicas_online(primary: &RedisServer, n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let info = primary.cmd(&["INFO", "replication"]).await.unwrap();
+        let info = info.as_str().unwrap_or_default().to_owned();
+        if info.contains(&format!("connected_slaves:{n}"))
+            && info.matches("state=online").count() == n
+        {
+            return;
+        }
+        primary.check(
+            Instant::now() < deadline,
+            format!("replicas not online:\n{info}"),
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_paused_reply_does_not_forget_an_unconfirmed_acquisition() {
+    let (primary, _replica) = primary_with_replica().await;
+    let ttl = Duration::from_secs(2);
+    // Two replicas asked, one there: b's safe-start acquisitions go
+    // unconfirmed (the record they wrote may be lost in a failover). A call
+    // timeout long enough for `WAIT` to answer.
+    let b = Runtime::new(
+        Config::builder()
+            .redis_url(primary.url())
+            .ttl(ttl)
+            .renew_interval(RENEW)
+            .retry_interval(Duration::from_millis(200))
+            .call_timeout(Duration::from_millis(800))
+            .instance_id("b")
+            .min_replicas(2)
+            .build()
+            .unwrap(),
+    )
+    .unwrap();
+    let mut events = b.subscribe();
+    assert!(b.run_if_leader("two", || async {}).await.is_none());
+    // (The process's first call may time out instead: it loads the script
+    // and waits for the replicas twice.)
+    let unconfirmed = |b: &Runtime| {
+        b.status().iter().any(|s| {
+            s.group == "two"
+                && s.last_error
+                    .as_deref()
+                    .is_some_and(|e| e.contains("only 1 of min_replicas 2"))
+        })
+    };
+    timeout(ttl * 2, async {
+        while !unconfirmed(&b) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the unconfirmed acquisition is reported");
+    // Paused (the key alone): the next acquire answers "paused".
+    primary
+        .cmd(&["HSET", "leader:{two}:paused", "by", "test"])
+        .await
+        .unwrap();
+    timeout(ttl * 2, async {
+        while !matches!(events.recv().await.unwrap(), Event::Paused { .. }) {}
+    })
+    .await
+    .expect("b sees the pause");
+    // A second replica now, and b's last lease expires meanwhile.
+    let _second = RedisServer::builder()
+        .args(["--replicaof", "127.0.0.1", &primary.port().to_string()])
+        .start()
+        .await
+        .unwrap();
+    replicas_online(&primary, 2).await;
+    tokio::time::sleep(ttl).await;
+    assert!(primary
+        .cmd(&["GET", "leader:{two}:lease"])
+        .await
+        .unwrap()
+        .is_nil());
+    primary.cmd(&["DEL", "leader:{two}:paused"]).await.unwrap();
+    let resumed = Instant::now();
+    timeout(ttl * 4, async {
+        while !matches!(events.recv().await.unwrap(), Event::Elected { .. }) {}
+    })
+    .await
+    .expect("b leads once two replicas acknowledge");
+    // The record of the unconfirmed acquisition may not be on the replicas:
+    // the win still waits one ttl, the "paused" replies in between
+    // notwithstanding.
+    let took = resumed.elapsed();
+    assert!(took >= ttl, "led {took:?} after the resume: no safe start");
+    b.shutdown().await;
+}
