@@ -339,7 +339,9 @@
 //! loss, restores of older states and failovers.
 //!
 //! Timings, with the [`Config`] defaults (`ttl` 15 s, `renew_interval` 5 s,
-//! `retry_interval` 2 s, call timeout ≤ 2 s, drift margin 1% of `ttl` + 2 ms):
+//! `retry_interval` 2 s, call timeout ≤ 2 s, drift margin 1% of `ttl` + 2 ms;
+//! with another `ttl` the timings not set follow it, see
+//! [`ConfigBuilder::build`]):
 //!
 //! - the leader renews every `renew_interval`; a failed or timed-out renew is
 //!   retried quickly (every `renew_interval / 10`, 5–200 ms) while the view
