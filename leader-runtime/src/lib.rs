@@ -571,6 +571,7 @@ mod jitter;
 mod lease;
 mod metrics;
 mod names;
+mod ready;
 mod redact;
 mod runtime;
 mod stats;
@@ -652,6 +653,57 @@ where
     Fut: Future,
 {
     global::current()?.run_if_leader(group, f).await
+}
+
+/// Wait until the current runtime reached its backend and every group used so
+/// far finished an election round without an error, at most `timeout`; see
+/// [`Runtime::ready`]. The way to fail fast at start-up.
+///
+/// # Examples
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use leader_runtime::Config;
+///
+/// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// leader_runtime::init(Config::builder().redis_url("redis://127.0.0.1:6379").build()?)?;
+/// // A wrong password fails here at once, an unreachable Redis within 10 s.
+/// leader_runtime::ready_for(["reports"], Duration::from_secs(10)).await?;
+/// # Ok(()) }
+/// ```
+///
+/// # Errors
+///
+/// [`Error::NotConfigured`] without a runtime; otherwise as [`Runtime::ready`].
+pub async fn ready(timeout: std::time::Duration) -> Result<()> {
+    global::current()
+        .ok_or(Error::NotConfigured)?
+        .ready(timeout)
+        .await
+}
+
+/// [`ready`] for these groups, registering them; see [`Runtime::ready_for`].
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn example() -> leader_runtime::Result<()> {
+/// leader_runtime::ready_for(["reports", "cleanup"], std::time::Duration::from_secs(10)).await?;
+/// # Ok(()) }
+/// ```
+///
+/// # Errors
+///
+/// [`Error::NotConfigured`] without a runtime; otherwise as
+/// [`Runtime::ready_for`].
+pub async fn ready_for<'a, I>(groups: I, timeout: std::time::Duration) -> Result<()>
+where
+    I: IntoIterator<Item = &'a str>,
+{
+    global::current()
+        .ok_or(Error::NotConfigured)?
+        .ready_for(groups, timeout)
+        .await
 }
 
 /// Hand the lease of `group` to another instance; see [`Runtime::step_down`].

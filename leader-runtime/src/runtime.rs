@@ -193,7 +193,7 @@ impl Runtime {
     }
 
     /// What every group of this runtime shares.
-    fn ctx(&self) -> &Arc<Ctx> {
+    pub(crate) fn ctx(&self) -> &Arc<Ctx> {
         &self.inner.shared.ctx
     }
 
@@ -505,7 +505,7 @@ impl Runtime {
     /// # }
     /// ```
     pub fn status(&self) -> Vec<GroupStatus> {
-        let groups: Vec<Arc<Group>> = self.inner.shared.groups().values().cloned().collect();
+        let groups = self.groups();
         let mut status: Vec<GroupStatus> = groups
             .iter()
             .map(|g| g.status(self.instance_id()))
@@ -706,6 +706,11 @@ impl Runtime {
 
     pub(crate) fn registered(&self, name: &str) -> Option<Arc<Group>> {
         self.inner.shared.get(name)
+    }
+
+    /// Every registered group, in no order.
+    pub(crate) fn groups(&self) -> Vec<Arc<Group>> {
+        self.inner.shared.groups().values().cloned().collect()
     }
 }
 

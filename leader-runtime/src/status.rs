@@ -90,7 +90,7 @@ pub(crate) struct Observed {
 struct State {
     holder: Option<Arc<str>>,
     failing: bool,
-    last_error: Option<String>,
+    last_error: Option<Error>,
 }
 
 impl Observed {
@@ -140,7 +140,7 @@ impl Observed {
             valid_for: tenure.map(|t| t.valid_until().saturating_duration_since(Instant::now())),
             eligible,
             failing: state.failing,
-            last_error: state.last_error.clone(),
+            last_error: state.last_error.as_ref().map(Error::to_string),
             #[cfg(feature = "cron")]
             cron_jobs: Vec::new(),
         }
@@ -150,7 +150,13 @@ impl Observed {
     pub(crate) fn failed(&self, e: &Error) {
         let mut state = self.state();
         state.failing = true;
-        state.last_error = Some(e.to_string());
+        state.last_error = Some(e.clone());
+    }
+
+    /// The error of the last backend call, if it failed.
+    pub(crate) fn failure(&self) -> Option<Error> {
+        let state = self.state();
+        state.last_error.as_ref().filter(|_| state.failing).cloned()
     }
 }
 

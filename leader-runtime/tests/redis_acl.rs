@@ -146,7 +146,11 @@ async fn a_wrong_password_fails_clearly_and_is_never_shown() {
 
     let err = rt.leader_id(G).await.unwrap_err();
     let shown = err.to_string();
-    assert!(matches!(err, Error::Backend { .. }), "{err:?}");
+    // Refused credentials: a configuration error no retry fixes.
+    assert!(
+        matches!(err, Error::Misconfigured { .. }) && err.is_config(),
+        "{err:?}"
+    );
     assert!(
         shown.contains("WRONGPASS") || shown.to_lowercase().contains("auth"),
         "the error must say it is about authentication: {shown}"
