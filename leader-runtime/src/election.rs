@@ -468,15 +468,17 @@ impl Election {
         }
     }
 
-    /// Log the first failure of a burst; the rest at debug level.
+    /// Log the first failure of a burst; the rest at debug level, and a
+    /// WARN with their count once a minute for the whole runtime.
     fn failed(&mut self, op: &str, e: &Error) {
         self.group.observed.failed(e);
+        self.ctx.outage.failed(&self.group.name, op, e);
         if self.failing {
             tracing::debug!(op, error = %e, "backend call failed again");
             return;
         }
         self.failing = true;
-        tracing::error!(op, error = %e, "backend call failed; retrying");
+        tracing::error!(op, error = %e, "backend call failed; retrying (repeats log at debug level, and a WARN counts them every minute)");
         let _ = self.ctx.events.send(Event::BackendError {
             group: self.group.name.to_string(),
             message: e.to_string(),

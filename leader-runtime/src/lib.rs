@@ -571,6 +571,7 @@ mod jitter;
 mod lease;
 mod metrics;
 mod names;
+mod outage;
 mod ready;
 mod redact;
 mod runtime;
