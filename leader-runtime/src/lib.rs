@@ -575,6 +575,7 @@ mod outage;
 mod ready;
 mod redact;
 mod runtime;
+mod shutdown;
 mod stats;
 mod status;
 #[cfg(test)]
@@ -596,6 +597,7 @@ pub use crate::fence::{Fence, Fenced};
 pub use crate::global::init;
 pub use crate::lease::Lease;
 pub use crate::runtime::Runtime;
+pub use crate::shutdown::{ShutdownGuard, DEFAULT_GUARD_TIMEOUT};
 pub use crate::stats::Stats;
 pub use crate::status::GroupStatus;
 
@@ -867,6 +869,44 @@ pub async fn shutdown() {
     if let Some(runtime) = global::current_existing() {
         runtime.shutdown().await;
     }
+}
+
+/// A guard that shuts the current runtime down when dropped: drains, releases
+/// every lease, waiting at most [`DEFAULT_GUARD_TIMEOUT`] where blocking is
+/// safe (see [`ShutdownGuard`]). The runtime is the one current when the
+/// guard is dropped, so the guard can be made before [`init`].
+///
+/// # Examples
+///
+/// ```no_run
+/// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let _leases = leader_runtime::shutdown_guard(); // however main ends, hand the leases over
+/// leader_runtime::init(leader_runtime::Config::builder().redis_url("redis://127.0.0.1:6379").build()?)?;
+/// // … the work …
+/// # Ok(()) }
+/// ```
+pub fn shutdown_guard() -> ShutdownGuard {
+    ShutdownGuard::new(None)
+}
+
+/// Wait for SIGTERM or SIGINT (Ctrl-C), then shut the current runtime down
+/// (drain, release every lease); see [`Runtime::shutdown_on_signal`]. The
+/// handlers are installed when this is called.
+///
+/// # Examples
+///
+/// ```no_run
+/// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// leader_runtime::init(leader_runtime::Config::builder().redis_url("redis://127.0.0.1:6379").build()?)?;
+/// tokio::select! {
+///     _ = leader_runtime::shutdown_on_signal() => {} // released: exit
+///     _ = serve() => {}
+/// }
+/// # Ok(()) }
+/// # async fn serve() {}
+/// ```
+pub fn shutdown_on_signal() -> impl Future<Output = ()> + Send + 'static {
+    shutdown::on_signal()
 }
 
 #[doc(hidden)]

@@ -648,8 +648,7 @@ impl Runtime {
     /// The stop is started at the first poll and goes on if this future is dropped.
     pub async fn shutdown(&self) {
         let shared = &self.inner.shared;
-        shared.ctx.stop.cancel();
-        shared.tasks.close();
+        self.begin_shutdown();
         let inside_own_body = shared
             .groups()
             .values()
@@ -659,6 +658,21 @@ impl Runtime {
             return;
         }
         shared.tasks.wait().await;
+    }
+
+    /// Stop every election: each hands its lease over (drain, release) in
+    /// its own task; [`elections`](Self::elections) tells when all are done.
+    pub(crate) fn begin_shutdown(&self) {
+        let shared = &self.inner.shared;
+        shared.ctx.stop.cancel();
+        shared.tasks.close();
+    }
+
+    /// The election tasks (waiting on it after
+    /// [`begin_shutdown`](Self::begin_shutdown) waits for their hand-overs),
+    /// and the tokio runtime they run on.
+    pub(crate) fn elections(&self) -> (&TaskTracker, &Handle) {
+        (&self.inner.shared.tasks, &self.inner.shared.handle)
     }
 
     /// A registered group, or register it and start its election.
