@@ -640,6 +640,34 @@ pub async fn leader_id(group: &str) -> Result<Option<String>> {
         .await
 }
 
+/// Run `f` if this instance leads `group`, telling an unusable group name
+/// from "not the leader"; see [`Runtime::try_run_if_leader`].
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn example(tenant: &str) -> leader_runtime::Result<()> {
+/// if let Some(sent) = leader_runtime::try_run_if_leader(tenant, || async { 3 }).await? {
+///     println!("sent {sent} emails for {tenant}");
+/// }
+/// # Ok(()) }
+/// ```
+///
+/// # Errors
+///
+/// [`Error::NotConfigured`] without a runtime; otherwise as
+/// [`Runtime::try_run_if_leader`].
+pub async fn try_run_if_leader<F, Fut>(group: &str, f: F) -> Result<Option<Fut::Output>>
+where
+    F: FnOnce() -> Fut,
+    Fut: Future,
+{
+    global::current()
+        .ok_or(Error::NotConfigured)?
+        .try_run_if_leader(group, f)
+        .await
+}
+
 /// Run `f` if this instance leads `group`; see [`Runtime::run_if_leader`].
 ///
 /// # Examples
