@@ -217,9 +217,8 @@ impl ConfigBuilder {
     ///   sentinels). The master's own credentials are set with
     ///   [`sentinel_master_auth`](Self::sentinel_master_auth). A database in
     ///   the URLs (`redis://s1:26379/2`) selects the master's database.
-    /// - **TLS.** [`tls_ca_certs`](Self::tls_ca_certs) and
-    ///   [`tls_client_cert`](Self::tls_client_cert) apply to the sentinels
-    ///   and the master alike.
+    /// - **TLS.** `tls_ca_certs` and `tls_client_cert` (feature `tls`)
+    ///   apply to the sentinels and the master alike.
     /// - **Failover.** The master is looked up (`SENTINEL MASTERS`, then
     ///   `ROLE` on the named node) when the first call needs it, and again
     ///   after any call on it failed, timed out, or was answered `READONLY`
@@ -266,6 +265,7 @@ impl ConfigBuilder {
     /// connections instead of the system's roots. Without it, the server's
     /// certificate must chain to a root the system trusts.
     #[cfg(feature = "tls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
     pub fn tls_ca_certs(mut self, pem: impl Into<Vec<u8>>) -> Self {
         self.redis.tls_ca = Some(pem.into());
         self
@@ -275,6 +275,7 @@ impl ConfigBuilder {
     /// `rediss://` connections, for servers that verify clients
     /// (`tls-auth-clients yes`).
     #[cfg(feature = "tls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
     pub fn tls_client_cert(
         mut self,
         cert_pem: impl Into<Vec<u8>>,

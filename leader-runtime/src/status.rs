@@ -76,6 +76,7 @@ pub struct GroupStatus {
     /// this instance saw through (feature `cron`; the fleet-wide history is
     /// [`cron::history`](crate::cron::history())).
     #[cfg(feature = "cron")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "cron")))]
     pub cron_jobs: Vec<crate::cron::JobStatus>,
 }
 
