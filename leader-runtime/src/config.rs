@@ -401,7 +401,8 @@ impl ConfigBuilder {
     /// - no backend is set;
     /// - a Redis URL does not parse, uses `rediss://` without the `tls`
     ///   feature, or (in a cluster, or among sentinels) differs from the
-    ///   others in scheme or credentials;
+    ///   others in scheme or credentials; a cluster URL names a database
+    ///   other than 0;
     /// - the Sentinel master name is empty or has spaces;
     ///   `sentinel_master_auth` is set without `redis_sentinel`;
     /// - TLS certificates are set but do not parse, or the URLs are not
@@ -576,6 +577,10 @@ mod tests {
         assert_eq!(
             field_of(Config::builder().redis_url("not a url")),
             "redis_url"
+        );
+        assert_eq!(
+            field_of(Config::builder().redis_cluster_urls(["redis://h:1/3"])),
+            "redis_cluster_urls"
         );
         assert_eq!(field_of(mem().ttl(Duration::ZERO)), "ttl");
         assert_eq!(

@@ -131,27 +131,29 @@ impl Runtime {
     async fn contact(&self, deadline: Instant) -> Result<()> {
         let config = self.config();
         let backend = &self.ctx().backend;
+        let no_answer = |after: Duration| Error::Connection {
+            message: format!("no answer within {after:?}"),
+            source: None,
+        };
+        let mut last = None;
         loop {
             if !self.is_running() {
                 return Err(Error::ShutDown);
             }
-            let limit = config
-                .call_timeout()
-                .min(deadline.saturating_duration_since(Instant::now()));
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(last.unwrap_or_else(|| no_answer(left)));
+            }
+            let limit = config.call_timeout().min(left);
             let error = match tokio::time::timeout(limit, backend.ping()).await {
                 Ok(Ok(())) => return Ok(()),
                 Ok(Err(e)) if e.is_config() => return Err(e),
                 Ok(Err(e)) => e,
-                Err(_) => Error::Connection {
-                    message: format!("no answer within {limit:?}"),
-                    source: None,
-                },
+                Err(_) => no_answer(limit),
             };
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Err(error);
-            }
             tracing::debug!(%error, "not ready yet: the backend did not answer; retrying");
+            last = Some(error);
+            let left = deadline.saturating_duration_since(Instant::now());
             tokio::time::sleep(config.retry_interval().min(left)).await;
         }
     }

@@ -134,3 +134,16 @@ async fn a_good_configuration_is_ready() {
     a.shutdown().await;
     b.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_cluster_is_ready() {
+    let cluster = leader_testkit::RedisCluster::start().await.unwrap();
+    let config = Config::builder()
+        .redis_cluster_urls(cluster.urls())
+        .ttl(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    let rt = Runtime::new(config).unwrap();
+    rt.ready_for([G, "other"], PATIENCE).await.unwrap();
+    rt.shutdown().await;
+}

@@ -219,6 +219,15 @@ impl Clients {
                     ),
                 )
             })?;
+            if config.cluster && info.redis_settings().db() != 0 {
+                return Err(Error::config(
+                    field,
+                    format!(
+                        "must not name a database ({}): Redis Cluster has only database 0",
+                        redact_url(url)
+                    ),
+                ));
+            }
             if config.sentinel.is_some() {
                 infos.push((info, redact_url(url)));
             } else {
