@@ -172,7 +172,7 @@ impl ConfigBuilder {
     /// never appear in an [`Error`], in `Debug` output or in logs.
     ///
     /// An ACL user needs, for the default key prefix `leader`:
-    /// `~leader:* &leader:released +evalsha +eval +script|load +get +set
+    /// `~leader:* &leader:released &leader:control +evalsha +eval +script|load +get +set
     /// +pexpire +pttl +del +time +info +type +hmget +hset +publish +subscribe
     /// +ping` (plus `+wait` with [`min_replicas`](Self::min_replicas)); the
     /// scripts' own calls are checked against the user's rules too.

@@ -9,11 +9,11 @@ use std::sync::Arc;
 use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
 
-use crate::backend::{Backend, NoticeSink, RedisBackend};
+use crate::backend::{Backend, Channels, NoticeSink, RedisBackend};
 use crate::config::{BackendConfig, Config};
 use crate::events::{Event, LostReason};
 use crate::lease::Lease;
-use crate::names::release_channel;
+use crate::names::{control_channel, release_channel};
 use crate::outage::Outage;
 use crate::Result;
 
@@ -66,10 +66,14 @@ impl Ctx {
         })
     }
 
-    /// Listen for release notices until the runtime stops, handing each to `sink`.
+    /// Listen for release notices and control requests until the runtime
+    /// stops, handing each to `sink`.
     pub(crate) fn spawn_notices(&self, sink: NoticeSink) {
         self.backend.spawn_notices(
-            self.release_channel.clone(),
+            Channels {
+                release: self.release_channel.clone(),
+                control: control_channel(&self.config.key_prefix),
+            },
             sink,
             self.notices_up.clone(),
             self.config.retry_interval,

@@ -134,6 +134,7 @@ impl Election {
                 Ok(Acquire::Won { token, wait, why }) => {
                     let received = Instant::now();
                     self.recovered();
+                    self.saw_paused(false);
                     self.group
                         .observed
                         .saw_holder(Some(&self.ctx.config.instance_id));
@@ -150,6 +151,7 @@ impl Election {
                 Ok(Acquire::Held { holder, pttl }) => {
                     self.recovered();
                     self.record_known = true;
+                    self.saw_paused(false);
                     self.group.observed.saw_holder(Some(&holder));
                     tracing::trace!(%holder, ?pttl, "lease held by another instance");
                     let notices_up = self.ctx.notices_up.load(Ordering::SeqCst);
@@ -159,6 +161,12 @@ impl Election {
                         Some(pttl) => pttl.min(retry) + jitter::up_to(EXPIRY_JITTER),
                         None => retry,
                     }
+                }
+                Ok(Acquire::Paused) => {
+                    self.recovered();
+                    self.saw_paused(true);
+                    // A resume request wakes us sooner.
+                    retry
                 }
                 Err(e) => {
                     self.failed("acquire", &e);
@@ -238,6 +246,11 @@ impl Election {
         // Safe start: an earlier holder may still believe it leads.
         let mut ready_at = won.ready_at;
         let mut tenure = None;
+        // A request to hand over that came before this leadership is not for it.
+        self.group
+            .control
+            .step_down_requested
+            .store(false, Ordering::SeqCst);
         match (ready_at, won.why) {
             (None, _) => tenure = Some(self.begin(won.token, won.why, valid_until)),
             (Some(ready), SafeStart::First) if won.record_known => tracing::warn!(
@@ -276,10 +289,7 @@ impl Election {
                 cmd = self.commands.recv() => match cmd {
                     Command::StepDown(reply) => {
                         let result = self.hand_over(won.token, tenure, valid_until, LostReason::SteppedDown).await;
-                        self.cooldown_until = Some(Instant::now() + ttl);
-                        // A wake-up stored while we led (a reconnect notice
-                        // not yet taken) must not cut the cooldown short.
-                        let _ = futures_util::FutureExt::now_or_never(self.group.control.released.notified());
+                        self.cool_down(ttl);
                         let _ = reply.send(result);
                         return Flow::Campaign;
                     }
@@ -296,9 +306,22 @@ impl Election {
                         return Flow::Stop;
                     }
                 },
-                // The backend reconnected (Redis may have restarted empty),
-                // or a stray release notice: renew now. Early is always safe.
-                _ = self.group.control.released.notified() => next_renew = Instant::now(),
+                _ = self.group.control.released.notified() => {
+                    if self.group.control.step_down_requested.swap(false, Ordering::SeqCst) {
+                        tracing::info!(token = won.token, "an operator asked this instance to hand over");
+                        let _ = self.ctx.events.send(Event::StepDownRequested {
+                            group: self.group.name.to_string(),
+                            token: won.token,
+                        });
+                        let _ = self.hand_over(won.token, tenure, valid_until, LostReason::SteppedDown).await;
+                        self.cool_down(ttl);
+                        return Flow::Campaign;
+                    }
+                    // The backend reconnected (Redis may have restarted
+                    // empty), a pause request, or a stray release notice:
+                    // renew now. Early is always safe.
+                    next_renew = Instant::now();
+                }
                 _ = sleep_until(wake) => {}
             }
             let now = Instant::now();
@@ -354,6 +377,16 @@ impl Election {
                     );
                     return Flow::Campaign;
                 }
+                Ok(Renew::Paused) => {
+                    self.recovered();
+                    self.saw_paused(true);
+                    // The lease was not extended: hand over within what the
+                    // view has left, as a step-down does.
+                    let _ = self
+                        .hand_over(won.token, tenure, valid_until, LostReason::SteppedDown)
+                        .await;
+                    return Flow::Campaign;
+                }
                 Ok(Renew::Other) => {
                     self.end(
                         tenure,
@@ -369,6 +402,32 @@ impl Election {
                 }
             }
         }
+    }
+
+    /// After a step-down: out of the race for `ttl`, or until another
+    /// instance releases.
+    fn cool_down(&mut self, ttl: Duration) {
+        self.cooldown_until = Some(Instant::now() + ttl);
+        // A wake-up stored while we led (a reconnect notice not yet taken)
+        // must not cut the cooldown short.
+        let _ = futures_util::FutureExt::now_or_never(self.group.control.released.notified());
+    }
+
+    /// Record whether the backend says the group is paused; log and send an
+    /// event when that changed.
+    fn saw_paused(&self, paused: bool) {
+        if !self.group.observed.saw_paused(paused) {
+            return;
+        }
+        let group = self.group.name.to_string();
+        let event = if paused {
+            tracing::info!("group paused fleet-wide: not acquiring until resumed");
+            Event::Paused { group }
+        } else {
+            tracing::info!("group resumed: campaigning");
+            Event::Resumed { group }
+        };
+        let _ = self.ctx.events.send(event);
     }
 
     /// Publish a new leadership.
@@ -524,3 +583,6 @@ mod bounds_tests;
 
 #[cfg(test)]
 mod wording_tests;
+
+#[cfg(test)]
+mod control_tests;

@@ -151,6 +151,61 @@ pub enum Error {
         #[source]
         source: Box<Error>,
     },
+    /// A [`once`](crate::once) call waited `after` (its
+    /// [`timeout`](crate::Once::timeout)) and the name has no result yet:
+    /// another instance may still be running it.
+    #[error("once `{name}`: no result after {after:?} (another instance may still be running it)")]
+    OnceTimeout {
+        /// The run-once name.
+        name: String,
+        /// How long the call waited.
+        after: Duration,
+    },
+    /// A [`once`](crate::once) name used up its attempts
+    /// ([`Once::attempts`](crate::Once::attempts)) without a success; nothing
+    /// runs it any more until [`Runtime::reset_once`](crate::Runtime::reset_once)
+    /// or a call with a higher limit.
+    #[error("once `{name}` failed {attempts} times (the attempt limit); last error: {last_error}")]
+    OnceFailed {
+        /// The run-once name.
+        name: String,
+        /// The attempts started, fleet-wide (crashed ones included).
+        attempts: u32,
+        /// The last attempt's error text, as recorded (URL credentials
+        /// redacted, at most 1 KiB).
+        last_error: String,
+    },
+    /// This [`once`](crate::once) call ran the body and it returned an
+    /// error: nothing was recorded, the lease was released, and the next
+    /// caller tries again (within the attempt limit). `source` is the
+    /// body's own error.
+    #[error("once `{name}`: attempt {attempt} failed: {message}")]
+    OnceBody {
+        /// The run-once name.
+        name: String,
+        /// Which attempt this was, fleet-wide (1 for the first).
+        attempt: u32,
+        /// The body's error as text, URL credentials redacted (as recorded
+        /// for the other callers, at most 1 KiB).
+        message: String,
+        /// The body's error (shared: [`Error`] is `Clone`).
+        #[source]
+        source: Arc<dyn std::error::Error + Send + Sync>,
+    },
+    /// This [`once`](crate::once) call ran the body to success, but could
+    /// not record it while it still held the name's lease (the lease was
+    /// lost, or the backend failed until the view ended): another instance
+    /// will run the body again, under a greater token.
+    #[error(
+        "once `{name}`: the body succeeded under token {token}, but its result could not be \
+         recorded before the lease was lost; another instance will run it again"
+    )]
+    OnceUnrecorded {
+        /// The run-once name.
+        name: String,
+        /// The fencing token the body ran under.
+        token: u64,
+    },
     /// The backend answered with something the protocol does not allow.
     #[error("unexpected reply from backend for group `{group}`: {message}")]
     Protocol {

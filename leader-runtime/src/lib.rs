@@ -36,6 +36,7 @@
 //! - [Fencing](#fencing)
 //! - [The lease algorithm](#the-lease-algorithm)
 //! - [The cron recipe](#the-cron-recipe)
+//! - [Startup work](#startup-work)
 //! - [Operating it: health, draining, metrics](#operating-it-health-draining-metrics)
 //! - [Redis Sentinel](#redis-sentinel)
 //! - [Testing your own code on the in-memory backend](#testing-your-own-code-on-the-in-memory-backend)
@@ -240,6 +241,8 @@
 //! | the leader stops cleanly ([`shutdown`], [`shutdown_on_signal`], a [`ShutdownGuard`] dropped, or the [`Runtime`] dropped) | gated runs in flight finish first, then the lease is released and a notice published; a follower takes over in about **one round trip**. The runtime installs no signal handler unless [`shutdown_on_signal`] is called. A process that exits without any of these counts as a crash |
 //! | [`step_down`] | the same drain and release; this instance stays out of the race for one `ttl` or until another instance released; alone, it takes the lease back after that |
 //! | [`set_eligible(group, false)`](set_eligible) | the same drain and release, then no acquire attempts at all until `set_eligible(group, true)` |
+//! | an operator runs `leader step-down <group>` ([`admin::Admin::step_down`]) | the holder it names does what [`step_down`] does ([`Event::StepDownRequested`], then [`Event::Lost`]) |
+//! | an operator runs `leader pause <group>` ([`admin::Admin::pause`]) | fleet-wide, until resumed, across restarts: no instance acquires the group ([`Event::Paused`], [`GroupStatus::paused`]); its leader drains and releases at once, or at its next renewal if the request's notice was lost — within one `renew_interval` |
 //! | Redis down or slow | the leader retries its renew quickly while its view is valid; the view ends at `valid_until` ([`LostReason::Expired`]), before the lease can expire on the server. Followers retry every `retry_interval`. Every call has a timeout no longer than what the view has left. When Redis is back, an election happens by itself |
 //! | a network partition | the side cut off from Redis behaves as "Redis down"; the side that reaches it elects a new leader once the old lease expired on the server — after the old leader's view ended |
 //! | someone else holds the key when the leader renews | the view ends at once ([`LostReason::Superseded`]) |
@@ -354,7 +357,7 @@
 //!
 //! **What it costs.** One round trip per fenced write: the check and the
 //! write are one `EVALSHA`, about what a plain `SET` costs on the same
-//! connection (figures in BENCHMARKS.md, `cargo bench --bench fence`); in
+//! connection (figures in BENCHMARKS.md, `cargo bench -p leader-e2e --bench fence`); in
 //! SQL, one more predicate on a row the write touches anyway.
 //!
 //! # The lease algorithm
@@ -376,9 +379,16 @@
 //!
 //! | op | semantics |
 //! | --- | --- |
-//! | acquire | if someone else holds the lease: return the holder and its remaining `PTTL`. Else (absent, or ours: a re-claim after an election restart) set our id with `PX ttl`, issue a token = max(last token + 1, server `TIME` in µs), and say how long our view must **wait**: one `ttl` when there is no record (first election, data loss) or the server does not vouch for it (restart from disk, promoted replica, restore); else until `until` has passed (`prior` for a re-claim) — zero after a natural expiry or a clean release, the rest of the old holder's time after an eviction or `DEL`. A malformed record is an error, and nothing is written |
-//! | renew | if we hold it: `PEXPIRE ttl`, and the record's `until` follows; else say who (nobody, or someone else) |
+//! | acquire | if the group is paused (its key `{prefix}:{<group>}:paused` exists): nothing, and say so. If someone else holds the lease: return the holder and its remaining `PTTL`. Else (absent, or ours: a re-claim after an election restart) set our id with `PX ttl`, issue a token = max(last token + 1, server `TIME` in µs), and say how long our view must **wait**: one `ttl` when there is no record (first election, data loss) or the server does not vouch for it (restart from disk, promoted replica, restore); else until `until` has passed (`prior` for a re-claim) — zero after a natural expiry or a clean release, the rest of the old holder's time after an eviction or `DEL`. A malformed record is an error, and nothing is written |
+//! | renew | if we hold it and the group is not paused: `PEXPIRE ttl`, and the record's `until` follows; else say who (nobody, or someone else), or that it is paused — the leader then hands over as [`step_down`] does, so a pause ends a leadership within one `renew_interval` even when its notice was lost |
 //! | release | if we hold it: delete it, lower `until` to `max(prior, now)` (we drained and ended our view first; the holders before us may still count), and publish `"<group> <id>"` on `{prefix}:released` |
+//!
+//! Operators' requests ([`admin`], the `leader` CLI) arrive on
+//! `{prefix}:control` over the same pub/sub connection as release notices:
+//! `pause <group>` and `resume <group>` (after writing or deleting the pause
+//! key, which the scripts above check, so the notice only makes it quicker)
+//! and `step-down <group> <holder>` (that holder hands over as [`step_down`]
+//! does). Pausing writes nothing else: the record's rules are untouched.
 //!
 //! **The rule:** a new leader's view begins only once every earlier holder's
 //! view has certainly ended. The wait is counted from when the acquire's
@@ -465,6 +475,37 @@
 //! # Ok(()) }
 //! ```
 //!
+//! # Startup work
+//!
+//! Work that every replica wants done before it serves — create an index,
+//! seed a table, run a data migration — but that must run once: [`once`]
+//! runs its body on one instance while the other callers wait for the
+//! result, and records the result in the backend, so that later callers and
+//! restarted instances get it without running anything.
+//!
+//! ```no_run
+//! # async fn apply_schema(_token: u64) -> Result<(), std::io::Error> { Ok(()) }
+//! # async fn example() -> leader_runtime::Result<()> {
+//! let done = leader_runtime::once("migrate-2026-12", || async {
+//!     let token = leader_runtime::current_lease().unwrap().token();
+//!     apply_schema(token).await?; // fenced with the token, or idempotent
+//!     Ok::<_, std::io::Error>("added column users.locale")
+//! })
+//! .await?;
+//! println!("{} (by {} under token {})", done.summary, done.instance_id, done.token);
+//! # Ok(()) }
+//! ```
+//!
+//! The runner holds the lease of the group `once:<name>` while the body
+//! runs: [`current_lease`] answers inside, the drain and loss are those of
+//! any gated body. Its success is written by one script that checks the
+//! lease and the token, so a runner that lost its lease cannot record it. A
+//! crashed runner's lease expires and a waiter runs its own body under a
+//! greater token; a failed body releases the lease and the next caller tries
+//! again, up to [`Once::attempts`] attempts fleet-wide, after which callers
+//! get [`Error::OnceFailed`]. See [`Runtime::once`] for every rule, and
+//! `examples/startup.rs` for a schema change on PostgreSQL.
+//!
 //! # Operating it: health, draining, metrics
 //!
 //! - **Health.** [`status`] lists each group with whether this instance
@@ -475,7 +516,8 @@
 //!   traffic on the leader only).
 //! - **Draining.** [`set_eligible(group, false)`](set_eligible) takes the
 //!   instance out of the race without stopping it — before a deploy, or on a
-//!   node that should not run the work; `true` puts it back.
+//!   node that should not run the work; `true` puts it back. DEPLOYING.md
+//!   has the recipe for one instance and every group ("Maintenance drains").
 //! - **Events.** [`subscribe`] streams every transition ([`Event`]); the
 //!   `on_elected` / `on_lost` callbacks of [`ConfigBuilder`] run on a thread
 //!   of their own; [`stats`] keeps counters per group. Every transition is
@@ -608,6 +650,7 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
+pub mod admin;
 mod admission;
 mod backend;
 mod clock;
@@ -633,6 +676,7 @@ pub mod metrics;
 #[cfg(not(feature = "metrics"))]
 mod metrics;
 mod names;
+mod once;
 mod outage;
 mod ready;
 mod redact;
@@ -658,6 +702,7 @@ pub use crate::events::{Event, LostReason};
 pub use crate::fence::{Fence, Fenced};
 pub use crate::global::init;
 pub use crate::lease::Lease;
+pub use crate::once::{once, Once, OnceRecord, OnceStatus};
 pub use crate::runtime::Runtime;
 pub use crate::shutdown::{ShutdownGuard, DEFAULT_GUARD_TIMEOUT};
 pub use crate::stats::Stats;

@@ -10,14 +10,14 @@ use tokio::sync::{broadcast, oneshot};
 use tokio_util::task::TaskTracker;
 
 use crate::admission;
-use crate::backend::{self, NoticeSink, EVERY_GROUP};
+use crate::backend::{self, Notice, NoticeSink, EVERY_GROUP};
 use crate::config::Config;
 use crate::ctx::Ctx;
 use crate::election;
 use crate::events::Event;
 use crate::group::{self, Command, Group};
 use crate::lease::Lease;
-use crate::names::{validate_group, GroupKeys};
+use crate::names::{validate_group, Control, GroupKeys};
 use crate::stats::Stats;
 use crate::status::GroupStatus;
 use crate::{Error, Result};
@@ -445,16 +445,25 @@ impl Runtime {
     /// (the lease expires by itself within one `ttl`).
     pub async fn forget(&self, group: &str) -> Result<()> {
         validate_group(group)?;
-        let removed = self.inner.shared.groups_mut().remove(group);
-        let Some(group) = removed else {
+        let Some((group, answer)) = self.forget_now(group) else {
             return Ok(());
         };
+        Self::await_hand_over(&group, answer).await
+    }
+
+    /// The part of [`forget`](Self::forget) that does not wait (so a `Drop`
+    /// can do it): drop `group` from the registry and ask its election to
+    /// hand over and end. `None` when it was not registered, or its
+    /// election has ended already; else the group and the election's answer.
+    pub(crate) fn forget_now(
+        &self,
+        group: &str,
+    ) -> Option<(Arc<Group>, oneshot::Receiver<Result<()>>)> {
+        let group = self.inner.shared.groups_mut().remove(group)?;
         group.control.forget();
         let (reply, answer) = oneshot::channel();
-        if group.control.commands.send(Command::Forget(reply)).is_err() {
-            return Ok(()); // the election has ended already
-        }
-        Self::await_hand_over(&group, answer).await
+        group.control.commands.send(Command::Forget(reply)).ok()?;
+        Some((group, answer))
     }
 
     /// The lease of the gated body running on this task (see
@@ -800,30 +809,59 @@ fn report_unusable_group(api: &str, outcome: &str, e: &Error) {
 /// How many invalid group names get an error of their own.
 const REPORTED_NAMES: usize = 64;
 
-/// Route release notices to the waiting group (ignoring our own).
+/// Route release notices to the waiting group (ignoring our own), and
+/// control requests to the group they name.
 fn notice_sink(shared: Weak<Shared>) -> NoticeSink {
-    Arc::new(move |group: &str, by: &str| {
+    Arc::new(move |notice: Notice<'_>| {
         let Some(shared) = shared.upgrade() else {
             return;
         };
-        if by == shared.ctx.config.instance_id {
-            return;
-        }
-        if group == EVERY_GROUP {
-            // Leaders renew now. Followers go on pacing themselves (a wake-up
-            // here would also cut short a step-down's cooldown).
-            let groups = shared.groups();
-            tracing::debug!("notice connection back: leaders check their lease");
-            for group in groups.values().filter(|g| g.is_leader()) {
-                group.control.released.notify_one();
+        match notice {
+            Notice::Released { by, .. } if by == shared.ctx.config.instance_id => {}
+            Notice::Released {
+                group: EVERY_GROUP, ..
+            } => {
+                // Leaders renew now. Followers go on pacing themselves (a
+                // wake-up here would also cut short a step-down's cooldown).
+                let groups = shared.groups();
+                tracing::debug!("notice connection back: leaders check their lease");
+                for group in groups.values().filter(|g| g.is_leader()) {
+                    group.control.released.notify_one();
+                }
             }
-            return;
-        }
-        if let Some(group) = shared.get(group) {
-            tracing::debug!(group = %group.name, by, "release notice");
-            group.control.released.notify_one();
+            Notice::Released { group, by } => {
+                if let Some(group) = shared.get(group) {
+                    tracing::debug!(group = %group.name, by, "release notice");
+                    group.control.released.notify_one();
+                }
+            }
+            Notice::Control { group, request } => {
+                if let Some(group) = shared.get(group) {
+                    control(&shared.ctx.config.instance_id, &group, request);
+                }
+            }
         }
     })
+}
+
+/// An operator's request about a group of ours. A pause wakes the election:
+/// a leader renews at once, which finds the pause and hands over (the renew
+/// finds it without the request too, only later); a follower tries to
+/// acquire, which finds the pause and reports it. A resume wakes followers.
+/// A step-down is for the holder it names.
+fn control(instance_id: &str, group: &Group, request: Control) {
+    tracing::debug!(group = %group.name, ?request, "control request");
+    match request {
+        Control::Pause | Control::Resume => group.control.released.notify_one(),
+        Control::StepDown { holder } if holder == instance_id => {
+            group
+                .control
+                .step_down_requested
+                .store(true, Ordering::SeqCst);
+            group.control.released.notify_one();
+        }
+        Control::StepDown { .. } => {}
+    }
 }
 
 #[cfg(test)]

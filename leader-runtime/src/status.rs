@@ -18,7 +18,8 @@ use crate::Error;
 /// - **live** (read from the clock and atomics at the call): `is_leader`,
 ///   `token`, `valid_for`, `eligible`;
 /// - **cached** (the last thing the election learned): `leader_id` (from the
-///   last acquire reply, or this instance while it leads), `failing` and
+///   last acquire reply, or this instance while it leads), `paused` (from the
+///   last acquire or renew reply), `failing` and
 ///   `last_error` (from the last backend calls). A follower refreshes them
 ///   about once per `ttl - renew_interval`, a leader every `renew_interval`.
 ///   Ask [`leader_id`](crate::leader_id) for the backend's current answer.
@@ -65,6 +66,9 @@ pub struct GroupStatus {
     /// Whether this instance takes part in the election; see
     /// [`set_eligible`](crate::set_eligible).
     pub eligible: bool,
+    /// Whether the group is paused fleet-wide (`leader pause`), as this
+    /// instance's last acquire or renew reply said (cached).
+    pub paused: bool,
     /// Whether the last backend call of this group's election failed (the
     /// backend is unreachable, slow or erroring right now).
     pub failing: bool,
@@ -90,6 +94,7 @@ pub(crate) struct Observed {
 #[derive(Debug, Default)]
 struct State {
     holder: Option<Arc<str>>,
+    paused: bool,
     failing: bool,
     last_error: Option<Error>,
 }
@@ -111,6 +116,13 @@ impl Observed {
         if state.holder.as_deref() != holder {
             state.holder = holder.map(Arc::from);
         }
+    }
+
+    /// Whether the backend said the group is paused; returns whether that
+    /// changed.
+    pub(crate) fn saw_paused(&self, paused: bool) -> bool {
+        let mut state = self.state();
+        std::mem::replace(&mut state.paused, paused) != paused
     }
 
     /// A backend call succeeded.
@@ -140,6 +152,7 @@ impl Observed {
             token: tenure.map(|t| t.token()),
             valid_for: tenure.map(|t| t.valid_until().saturating_duration_since(Instant::now())),
             eligible,
+            paused: state.paused,
             failing: state.failing,
             last_error: state.last_error.as_ref().map(Error::to_string),
             #[cfg(feature = "cron")]

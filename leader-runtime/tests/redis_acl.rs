@@ -18,7 +18,8 @@ const G: &str = "jobs";
 const PASSWORD: &str = "app-s3cret-pw";
 const WRONG: &str = "wr0ng-pa55word";
 /// Exactly the rules the docs of `ConfigBuilder::redis_url` list.
-const RULES: &str = "~leader:* &leader:released +evalsha +eval +script|load +get +set \
+const RULES: &str =
+    "~leader:* &leader:released &leader:control +evalsha +eval +script|load +get +set \
                      +pexpire +pttl +del +time +info +type +hmget +hset +publish +subscribe +ping";
 
 async fn server() -> RedisServer {
@@ -188,4 +189,41 @@ async fn a_wrong_password_fails_clearly_and_is_never_shown() {
         !logs.contains(WRONG),
         "the password leaked into the logs:\n{logs}"
     );
+}
+
+#[tokio::test]
+async fn a_user_without_the_control_channel_still_elects_and_sees_pauses_at_renewal() {
+    // The rules of earlier versions: no `&leader:control`.
+    let old_rules = RULES.replace(" &leader:control", "");
+    let server = RedisServer::builder()
+        .password("admin-pw")
+        .acl_user("app", PASSWORD, &old_rules)
+        .start()
+        .await
+        .unwrap();
+    let a = instance(&url(&server, PASSWORD), "a");
+    let mut a_events = a.subscribe();
+    assert!(a.run_if_leader(G, || async {}).await.is_none());
+    elected(&mut a_events, TTL * 3).await;
+    // Paused by someone allowed to: a's renewal finds it.
+    server
+        .cmd(&["HSET", "leader:{jobs}:paused", "by", "ops"])
+        .await
+        .unwrap();
+    let paused = Instant::now();
+    let lost = timeout(RENEW * 3, async {
+        loop {
+            if let Event::Lost { .. } = a_events.recv().await.unwrap() {
+                return;
+            }
+        }
+    })
+    .await;
+    server.check(lost.is_ok(), "a did not hand over after the pause");
+    assert!(
+        paused.elapsed() <= RENEW + Duration::from_millis(200),
+        "{:?}",
+        paused.elapsed()
+    );
+    a.shutdown().await;
 }

@@ -28,7 +28,8 @@ const RENEW: Duration = Duration::from_millis(300);
 const RETRY: Duration = Duration::from_millis(100);
 /// The rules `ConfigBuilder::redis_sentinel`'s docs list for the master:
 /// those of `redis_url` plus `+role`.
-const MASTER_RULES: &str = "~leader:* &leader:released +evalsha +eval +script|load +get +set \
+const MASTER_RULES: &str =
+    "~leader:* &leader:released &leader:control +evalsha +eval +script|load +get +set \
                             +pexpire +pttl +del +time +info +type +hmget +hset +publish \
                             +subscribe +ping +role";
 
