@@ -296,7 +296,7 @@ async fn a_failing_body_is_retried_up_to_the_limit_and_the_waiters_learn_it_fail
 #[tokio::test]
 async fn the_documented_acl_user_is_enough() {
     // The rules `ConfigBuilder::redis_url` and DEPLOYING.md list.
-    const RULES: &str = "~leader:* &leader:released +evalsha +eval +script|load +get +set \
+    const RULES: &str = "~leader:* &leader:released &leader:control +evalsha +eval +script|load +get +set \
                          +pexpire +pttl +del +time +info +type +hmget +hset +publish +subscribe +ping";
     let server = RedisServer::builder()
         .password("admin-pw")
