@@ -20,8 +20,8 @@ pub const DEFAULT_GUARD_TIMEOUT: Duration = Duration::from_secs(5);
 /// gated runs in flight and releases every lease, so that another instance
 /// takes over at once instead of after the `ttl`. Made by
 /// [`Runtime::shutdown_guard`] or [`shutdown_guard`](crate::shutdown_guard);
-/// keep it alive as long as the instance should take part (a local of
-/// `main` is the usual place).
+/// keep it alive as long as the instance should take part: bind it to a
+/// named local of `main` (`let _leases = …`; `let _ = …` drops it at once).
 ///
 /// **Dropping in async code.** A `Drop` cannot `.await`, and blocking a
 /// runtime thread would stall every task on it. So the drop waits (at most
