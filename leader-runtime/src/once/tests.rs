@@ -150,10 +150,11 @@ async fn a_failing_body_is_retried_up_to_the_limit_then_everyone_learns_it_faile
                 },
             ) => {
                 assert!(
-                    source.to_string().contains("s3cret"),
+                    source.get_ref().to_string().contains("s3cret"),
                     "the caller's own error"
                 );
                 assert!(!e.to_string().contains("s3cret"), "{e}");
+                assert!(!format!("{e:?}").contains("s3cret"), "{e:?}");
                 Some(*attempt)
             }
             _ => None,

@@ -85,27 +85,50 @@ impl MemoryBackend {
         Ok((verdict, entry.stored.clone()))
     }
 
-    pub(in crate::backend) fn once_read(&self, group: &str, keys: &OnceKeys) -> Result<Stored> {
+    pub(in crate::backend) fn once_read(
+        &self,
+        group: &str,
+        keys: &OnceKeys,
+    ) -> Result<(Verdict, Stored)> {
         self.check_available(group)?;
-        let state = self.state();
-        Ok(state
+        let mut state = self.state();
+        let held = Self::live(&mut state, &keys.group.lease).is_some();
+        let stored = state
             .data
             .once
             .0
             .get(&keys.result)
             .map(|e| e.stored.clone())
-            .unwrap_or_default())
+            .unwrap_or_default();
+        let verdict = if stored.done.is_some() {
+            Verdict::Done
+        } else if held {
+            Verdict::Held
+        } else {
+            Verdict::Open
+        };
+        Ok((verdict, stored))
     }
 
-    pub(in crate::backend) fn once_reset(&self, group: &str, keys: &OnceKeys) -> Result<Stored> {
+    pub(in crate::backend) fn once_reset(
+        &self,
+        group: &str,
+        keys: &OnceKeys,
+    ) -> Result<(Verdict, Stored)> {
         self.check_available(group)?;
         let mut state = self.state();
+        let held = Self::live(&mut state, &keys.group.lease).is_some();
         let entry = state.data.once.0.entry(keys.result.clone()).or_default();
-        if entry.stored.done.is_none() {
+        let verdict = if entry.stored.done.is_some() {
+            Verdict::Done
+        } else if held {
+            Verdict::Busy
+        } else {
             entry.stored.attempts = 0;
             entry.stored.failures = 0;
             entry.stored.error.clear();
-        }
-        Ok(entry.stored.clone())
+            Verdict::Open
+        };
+        Ok((verdict, entry.stored.clone()))
     }
 }
