@@ -1,6 +1,8 @@
 //! The rules of `once.lua`, in memory.
 
 use std::collections::HashMap;
+#[cfg(test)]
+use std::sync::atomic::Ordering;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::super::once::{Done, Holder, OnceKeys, Step, Stored, Verdict};
@@ -82,7 +84,23 @@ impl MemoryBackend {
                 }
             }
         };
-        Ok((verdict, entry.stored.clone()))
+        let answer = (verdict, entry.stored.clone());
+        #[cfg(test)]
+        if self.inner.lose_once_replies.load(Ordering::SeqCst) {
+            return Err(crate::Error::backend(
+                holder.group,
+                "the reply was lost (simulated)",
+            ));
+        }
+        Ok(answer)
+    }
+
+    /// Tests: from now on (`true`), each run-once step applies, but its
+    /// reply is lost (the caller gets an error), as a connection that fails
+    /// after sending a request could. Reads and resets are not affected.
+    #[cfg(test)]
+    pub(crate) fn lose_once_replies(&self, lose: bool) {
+        self.inner.lose_once_replies.store(lose, Ordering::SeqCst);
     }
 
     pub(in crate::backend) fn once_read(
