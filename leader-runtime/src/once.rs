@@ -492,8 +492,11 @@ struct Call<'a> {
     keys: OnceKeys,
     timeout: Duration,
     attempts: u32,
-    /// In a burst of failed backend calls (log only its first at WARN).
-    failing: AtomicBool,
+    /// In a burst of failed reads (log only its first at WARN).
+    reads_failing: AtomicBool,
+    /// In a burst of failed steps under the lease (likewise; apart from
+    /// the reads, which may succeed in between).
+    steps_failing: AtomicBool,
 }
 
 impl<'a> Call<'a> {
@@ -509,7 +512,8 @@ impl<'a> Call<'a> {
             group,
             timeout: spec.timeout,
             attempts: spec.attempts,
-            failing: AtomicBool::new(false),
+            reads_failing: AtomicBool::new(false),
+            steps_failing: AtomicBool::new(false),
         })
     }
 
@@ -739,7 +743,7 @@ impl<'a> Call<'a> {
             Step::Fail { .. } => "recording the failure",
         };
         let answer = backend::within(&self.group, limit, ctx.backend.once_step(holder, step));
-        self.logged(what, answer.await)
+        self.logged(&self.steps_failing, what, answer.await)
     }
 
     /// The result as stored, and whether the lease is held (a backend error
@@ -748,19 +752,17 @@ impl<'a> Call<'a> {
         let ctx = self.rt.ctx();
         let limit = ctx.config.call_timeout;
         let read = ctx.backend.once_read(&self.group, &self.keys);
-        self.logged(
-            "reading the result",
-            backend::within(&self.group, limit, read).await,
-        )
+        let answer = backend::within(&self.group, limit, read).await;
+        self.logged(&self.reads_failing, "reading the result", answer)
     }
 
     /// `answer`, its error logged: at WARN the first of a burst (these calls
     /// are retried every `retry_interval` or faster), at DEBUG the others
-    /// until a call succeeds.
-    fn logged<T>(&self, what: &str, answer: Result<T>) -> Result<T> {
+    /// until a call of the kind (`failing` is the kind's flag) succeeds.
+    fn logged<T>(&self, failing: &AtomicBool, what: &str, answer: Result<T>) -> Result<T> {
         match &answer {
-            Ok(_) => self.failing.store(false, Ordering::Relaxed),
-            Err(e) if self.failing.swap(true, Ordering::Relaxed) => {
+            Ok(_) => failing.store(false, Ordering::Relaxed),
+            Err(e) if failing.swap(true, Ordering::Relaxed) => {
                 tracing::debug!(name = self.name, error = %e, "once: {what} failed again");
             }
             Err(e) => {

@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio::time::{sleep, Instant};
 
-use crate::test_support::{instance, settle, RENEW, TTL};
+use crate::test_support::{instance, settle, Captured, RENEW, TTL};
 use crate::{current_lease, Error, MemoryBackend, Once, OnceRecord, Runtime};
 
 const NAME: &str = "migrate-2026-12";
@@ -578,4 +578,47 @@ async fn long_summaries_are_cut_and_the_backend_outage_is_waited_out() {
     let done = call.await.unwrap().unwrap();
     assert_eq!(done.summary.len(), 1024);
     assert!(done.ran_here);
+}
+
+#[test]
+fn backend_errors_in_a_burst_are_logged_at_warn_once() {
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::DEBUG)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    tracing::subscriber::with_default(subscriber, || {
+        let tokio = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        tokio.block_on(async {
+            let mem = MemoryBackend::new();
+            let a = instance(&mem, "a");
+            // Every start of an attempt fails (its reply lost), and is
+            // tried again every retry_interval.
+            mem.lose_once_replies(true);
+            let call = tokio::spawn({
+                let a = a.clone();
+                async move {
+                    a.once(NAME, || async { Ok::<_, std::io::Error>("ok") })
+                        .await
+                }
+            });
+            sleep(Duration::from_secs(5)).await;
+            mem.lose_once_replies(false);
+            assert!(call.await.unwrap().unwrap().ran_here);
+        });
+    });
+    let text = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let count = |level: &str| {
+        text.lines()
+            .filter(|l| l.contains(level) && l.contains("once: starting an attempt failed"))
+            .count()
+    };
+    assert_eq!(count("WARN"), 1, "{text}");
+    assert!(count("DEBUG") >= 5, "{text}");
 }
