@@ -30,7 +30,9 @@
 --   'busy'    reset: somebody holds the lease: nothing written (a running
 --             attempt must stay counted)
 -- Under the lease nobody else runs an attempt, so every attempt counted
--- before ours has ended: `attempts` is what the limit is compared with.
+-- before ours has ended: `attempts` is what the limit is compared with. A
+-- waiter's 'read' answers 'open' on the same ground (nobody holds the lease),
+-- and the waiter compares `attempts` with its limit the same way.
 if redis.replicate_commands then redis.replicate_commands() end
 local f = redis.call('HMGET', KEYS[3], 'attempts', 'failures', 'error', 'done_token',
   'done_by', 'done_at', 'summary', 'started_token', 'failed_token')
