@@ -496,6 +496,18 @@ impl MemoryBackend {
         Ok(ours)
     }
 
+    /// Whether the backend answers (no simulated outage).
+    pub(super) fn ping(&self) -> Result<()> {
+        if self.inner.available.load(Ordering::SeqCst) {
+            Ok(())
+        } else {
+            Err(Error::Connection {
+                message: "memory backend is unavailable (simulated outage)".to_owned(),
+                source: None,
+            })
+        }
+    }
+
     pub(super) fn holder(&self, group: &str, keys: &GroupKeys) -> Result<Option<String>> {
         self.check_available(group)?;
         let mut state = self.state();
