@@ -176,8 +176,9 @@ pub enum Error {
         last_error: String,
     },
     /// This [`once`](crate::once) call ran the body and it returned an
-    /// error: nothing was recorded, the lease was released, and the next
-    /// caller tries again (within the attempt limit). `source` is the
+    /// error: no success was recorded (the failure and its text were, as
+    /// far as the backend answered), the lease was released, and the next
+    /// caller tries again (within the attempt limit). `source` holds the
     /// body's own error.
     #[error("once `{name}`: attempt {attempt} failed: {message}")]
     OnceBody {
@@ -188,23 +189,36 @@ pub enum Error {
         /// The body's error as text, URL credentials redacted (as recorded
         /// for the other callers, at most 1 KiB).
         message: String,
-        /// The body's error (shared: [`Error`] is `Clone`).
+        /// The body's error ([`BodyError::get_ref`]; shared: [`Error`] is
+        /// `Clone`); it shows redacted.
         #[source]
-        source: Arc<dyn std::error::Error + Send + Sync>,
+        source: BodyError,
     },
     /// This [`once`](crate::once) call ran the body to success, but could
-    /// not record it while it still held the name's lease (the lease was
-    /// lost, or the backend failed until the view ended): another instance
-    /// will run the body again, under a greater token.
+    /// not learn that the success was recorded while it still held the
+    /// name's lease: the lease was lost, or the backend failed (or did not
+    /// answer) until the view ended. Most likely nothing was recorded and
+    /// another instance runs the body again, under a greater token; but a
+    /// record whose reply was lost may also stand — see
+    /// [`Runtime::once_status`](crate::Runtime::once_status).
     #[error(
-        "once `{name}`: the body succeeded under token {token}, but its result could not be \
-         recorded before the lease was lost; another instance will run it again"
+        "once `{name}`: the body succeeded under token {token}, but the lease was lost before \
+         its success was known to be recorded; unless it was, another instance runs it again"
     )]
     OnceUnrecorded {
         /// The run-once name.
         name: String,
         /// The fencing token the body ran under.
         token: u64,
+    },
+    /// [`Runtime::reset_once`](crate::Runtime::reset_once) was refused:
+    /// an instance holds the name's lease, so an attempt may be running
+    /// (nothing was reset: a running attempt stays counted). Try again when
+    /// it has ended.
+    #[error("once `{name}`: not reset, its lease is held (an attempt may be running); try again when it has ended")]
+    OnceBusy {
+        /// The run-once name.
+        name: String,
     },
     /// The backend answered with something the protocol does not allow.
     #[error("unexpected reply from backend for group `{group}`: {message}")]
@@ -287,6 +301,68 @@ impl Error {
         }
     }
 }
+
+/// The error a [`once`](crate::once) body returned, as
+/// [`Error::OnceBody`] holds it: shown (`Display` and `Debug`) with URL
+/// credentials redacted, like every error of this crate. The body's own
+/// error, as it returned it, is [`get_ref`](Self::get_ref) or
+/// [`into_inner`](Self::into_inner).
+///
+/// # Examples
+///
+/// ```
+/// use leader_runtime::{Config, Error, MemoryBackend, Runtime};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), leader_runtime::Error> {
+/// let runtime = Runtime::new(Config::builder().memory(MemoryBackend::new()).build()?)?;
+/// let failed = runtime
+///     .once("seed", || async {
+///         Err::<&str, _>(std::io::Error::other("no route to postgres://app:s3cret@db/app"))
+///     })
+///     .await;
+/// let Err(Error::OnceBody { source, .. }) = failed else { panic!("{failed:?}") };
+/// assert_eq!(source.to_string(), "no route to postgres://app:***@db/app");
+/// assert!(!format!("{source:?}").contains("s3cret"));
+/// assert!(source.get_ref().downcast_ref::<std::io::Error>().is_some());
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct BodyError(Arc<dyn std::error::Error + Send + Sync>);
+
+impl BodyError {
+    pub(crate) fn new(error: Box<dyn std::error::Error + Send + Sync>) -> Self {
+        Self(error.into())
+    }
+
+    /// The body's error, as it returned it (its text unredacted).
+    pub fn get_ref(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+        &*self.0
+    }
+
+    /// The body's error, as it returned it (its text unredacted; shared
+    /// with the clones of this error).
+    pub fn into_inner(self) -> Arc<dyn std::error::Error + Send + Sync> {
+        self.0
+    }
+}
+
+impl std::fmt::Display for BodyError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&crate::redact::redact_text(&self.0.to_string()))
+    }
+}
+
+impl std::fmt::Debug for BodyError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("BodyError").field(&self.to_string()).finish()
+    }
+}
+
+/// Its `source` is none: the body's error's own chain is not redacted (reach
+/// it through [`get_ref`](Self::get_ref)).
+impl std::error::Error for BodyError {}
 
 /// `Result` with [`Error`] as the default error type.
 ///

@@ -697,7 +697,7 @@ pub use crate::config::{
     Config, ConfigBuilder, DEFAULT_KEY_PREFIX, DEFAULT_RENEW_INTERVAL, DEFAULT_RETRY_INTERVAL,
     DEFAULT_TTL,
 };
-pub use crate::error::{Error, Result};
+pub use crate::error::{BodyError, Error, Result};
 pub use crate::events::{Event, LostReason};
 pub use crate::fence::{Fence, Fenced};
 pub use crate::global::init;

@@ -56,6 +56,9 @@ struct Inner {
     state: Mutex<State>,
     available: AtomicBool,
     notices: broadcast::Sender<(String, String)>,
+    /// Tests: run-once steps apply, but their replies are lost.
+    #[cfg(test)]
+    lose_once_replies: AtomicBool,
 }
 
 #[derive(Debug, Default)]
@@ -134,6 +137,8 @@ impl MemoryBackend {
             inner: Arc::new(Inner {
                 state: Mutex::new(State::default()),
                 available: AtomicBool::new(true),
+                #[cfg(test)]
+                lose_once_replies: AtomicBool::new(false),
                 notices,
             }),
         }
