@@ -155,6 +155,22 @@ impl Tables {
     }
 }
 
+/// `url` fit for a message: its password (`user:***@`) and its query
+/// (which may hold `password=`) left out.
+pub fn redacted(url: &str) -> String {
+    let url = url.split('?').next().unwrap_or_default();
+    let Some(authority) = url.find("://").map(|i| i + 3) else {
+        return "<unparseable url>".to_owned();
+    };
+    match url[authority..].rfind('@').map(|at| authority + at) {
+        Some(at) => {
+            let user = url[authority..at].split(':').next().unwrap_or_default();
+            format!("{}{user}:***{}", &url[..authority], &url[at..])
+        }
+        None => url.to_owned(),
+    }
+}
+
 /// One instance of the service: its runtime, on the shared Redis.
 fn instance(redis_url: &str, id: &str) -> Result<Runtime, BoxError> {
     Ok(Runtime::new(
@@ -208,7 +224,7 @@ pub async fn run(
         .acquire_timeout(Duration::from_secs(5))
         .connect(database_url)
         .await
-        .map_err(|e| format!("cannot reach PostgreSQL at {database_url}: {e}"))?;
+        .map_err(|e| format!("cannot reach PostgreSQL at {}: {e}", redacted(database_url)))?;
     let tables = Arc::new(Tables::create(&pool).await?);
     let name = format!("migrate-accounts-locale-{}", std::process::id());
     let first = Arc::new(AtomicBool::new(true));

@@ -14,6 +14,11 @@ use leader_testkit::RedisServer;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_instance_migrates_a_killed_runner_is_replaced_and_everyone_serves_after() {
+    // The messages show the database's URL this way.
+    assert_eq!(
+        startup::redacted("postgres://app:s3cr@t@db:5432/x?password=s3cr3t&sslmode=off"),
+        "postgres://app:***@db:5432/x"
+    );
     let redis = RedisServer::start().await.unwrap();
     let database_url =
         std::env::var("DATABASE_URL").unwrap_or_else(|_| startup::DEFAULT_DATABASE_URL.to_owned());
@@ -25,8 +30,10 @@ async fn one_instance_migrates_a_killed_runner_is_replaced_and_everyone_serves_a
     .await
     .expect("the demo ends within a minute")
     .unwrap_or_else(|e| {
+        // `e` names the database as `startup::redacted` shows it: no password.
         panic!(
-            "this test needs PostgreSQL (DATABASE_URL or {}; `bash .ci/run` starts one): {e}",
+            "this test needs PostgreSQL (DATABASE_URL, here {}, or {}; `bash .ci/run` starts one): {e}",
+            startup::redacted(&database_url),
             startup::DEFAULT_DATABASE_URL
         )
     });

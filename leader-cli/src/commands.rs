@@ -47,6 +47,10 @@ pub(crate) async fn run(config: Config, command: Command) -> Result<(), String> 
 /// the usual causes. Never a password (the library's messages carry none,
 /// and `Admin::target` is redacted).
 fn failure(admin: &Admin, e: Error) -> String {
+    // Redis refused the configuration: the library's own hint says what to check.
+    if let Error::Misconfigured { message, hint, .. } = &e {
+        return format!("{}: {message} ({hint})", admin.target());
+    }
     let why = match &e {
         Error::Backend { message, .. } => message.clone(),
         Error::Timeout { after, .. } => format!("no answer within {after:?}"),

@@ -14,6 +14,7 @@ use crate::config::{BackendConfig, Config};
 use crate::events::{Event, LostReason};
 use crate::lease::Lease;
 use crate::names::{control_channel, release_channel};
+use crate::outage::Outage;
 use crate::Result;
 
 /// What every election of one runtime shares.
@@ -27,6 +28,8 @@ pub(crate) struct Ctx {
     /// a notice rather than polling every `retry_interval`).
     pub(crate) notices_up: Arc<AtomicBool>,
     pub(crate) release_channel: String,
+    /// Failed backend calls of every group, reported once a minute.
+    pub(crate) outage: Outage,
 }
 
 /// A user callback, run on the callbacks' own thread.
@@ -50,6 +53,7 @@ impl Ctx {
         if config.on_elected.is_some() || config.on_lost.is_some() {
             spawn_callback_thread(config.clone(), callback_rx);
         }
+        let outage = Outage::new(config.retry_interval, config.call_timeout);
         Ok(Self {
             backend,
             release_channel: release_channel(&config.key_prefix),
@@ -58,6 +62,7 @@ impl Ctx {
             callbacks,
             stop: CancellationToken::new(),
             notices_up: Arc::new(AtomicBool::new(false)),
+            outage,
         })
     }
 

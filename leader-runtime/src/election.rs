@@ -27,6 +27,9 @@ struct Won {
     /// reply cannot shorten it.
     ready_at: Option<Instant>,
     why: SafeStart,
+    /// This election had seen the group's record before (a holder, or a
+    /// leadership of its own): a record missing now was lost, not new.
+    record_known: bool,
 }
 
 /// Whether the election goes on after a leadership ended.
@@ -47,6 +50,7 @@ pub(crate) async fn run(group: Arc<Group>, ctx: Arc<Ctx>, commands: MailboxRx) {
         commands,
         failing: false,
         cooldown_until: None,
+        record_known: false,
     };
     let span = tracing::info_span!("election", group = %election.group.name, instance = %election.ctx.config.instance_id);
     let _ = tracing::Instrument::instrument(election.run(), span).await;
@@ -61,6 +65,8 @@ struct Election {
     failing: bool,
     /// After a step-down: stay out of the race until then (or a release notice).
     cooldown_until: Option<Instant>,
+    /// An acquire has found the group's record (see [`Won::record_known`]).
+    record_known: bool,
 }
 
 impl Election {
@@ -135,15 +141,18 @@ impl Election {
                         .observed
                         .saw_holder(Some(&self.ctx.config.instance_id));
                     let ready_at = (!wait.is_zero()).then(|| received + wait);
+                    let record_known = std::mem::replace(&mut self.record_known, true);
                     return Some(Won {
                         token,
                         sent,
                         ready_at,
                         why,
+                        record_known,
                     });
                 }
                 Ok(Acquire::Held { holder, pttl }) => {
                     self.recovered();
+                    self.record_known = true;
                     self.saw_paused(false);
                     self.group.observed.saw_holder(Some(&holder));
                     tracing::trace!(%holder, ?pttl, "lease held by another instance");
@@ -256,10 +265,15 @@ impl Election {
         let mut tenure = None;
         match (ready_at, won.why) {
             (None, _) => tenure = Some(self.begin(won.token, won.why, valid_until)),
+            (Some(ready), SafeStart::First) if won.record_known => tracing::warn!(
+                token = won.token,
+                wait = ?ready.saturating_duration_since(Instant::now()),
+                "acquired; the group's record is gone from Redis although this instance saw it before: Redis lost its data (a restart without persistence, a flush, a failover to an empty replica), so leading after one ttl"
+            ),
             (Some(ready), SafeStart::First | SafeStart::No) => tracing::info!(
                 token = won.token,
                 wait = ?ready.saturating_duration_since(Instant::now()),
-                "acquired; no earlier record of this group (its first election, or Redis lost its data), so leading after one ttl"
+                "acquired; Redis has no record of this group yet, as on its first deploy (or with a new key prefix) — if it ran before, Redis lost its data. Leading after one ttl (safe start)"
             ),
             (Some(ready), SafeStart::Unvouched) => tracing::warn!(
                 token = won.token,
@@ -546,15 +560,17 @@ impl Election {
         }
     }
 
-    /// Log the first failure of a burst; the rest at debug level.
+    /// Log the first failure of a burst; the rest at debug level, and a
+    /// WARN with their count once a minute for the whole runtime.
     fn failed(&mut self, op: &str, e: &Error) {
         self.group.observed.failed(e);
+        self.ctx.outage.failed(&self.group.name, op, e);
         if self.failing {
             tracing::debug!(op, error = %e, "backend call failed again");
             return;
         }
         self.failing = true;
-        tracing::error!(op, error = %e, "backend call failed; retrying");
+        tracing::error!(op, error = %e, "backend call failed; retrying (repeats log at debug level, and a WARN counts them every minute)");
         let _ = self.ctx.events.send(Event::BackendError {
             group: self.group.name.to_string(),
             message: e.to_string(),
@@ -583,6 +599,9 @@ mod inside_body_tests;
 
 #[cfg(test)]
 mod bounds_tests;
+
+#[cfg(test)]
+mod wording_tests;
 
 #[cfg(test)]
 mod control_tests;

@@ -1,10 +1,17 @@
 //! The one error type of the crate.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Everything that can go wrong in `leader-runtime`.
 ///
 /// Messages never contain a password or token from a Redis URL.
+///
+/// [`is_config`](Self::is_config) tells the errors that no retry fixes (a
+/// rule of the builder, a group name, Redis refusing the credentials, an ACL
+/// rule or the database) from those that may pass (the network, a timeout,
+/// a server restarting). The error is `Clone`: the backend's own error is
+/// shared.
 ///
 /// # Examples
 ///
@@ -27,7 +34,7 @@ use std::time::Duration;
 ///     "invalid config: `renew_interval` must be shorter than ttl (6s >= 5s)"
 /// );
 /// ```
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// A [`Config`](crate::Config) field broke a rule; `field` names the builder method.
@@ -111,7 +118,7 @@ pub enum Error {
         message: String,
         /// The backend's own error (a `redis::RedisError`), when there is one.
         #[source]
-        source: Option<Box<dyn std::error::Error + Send + Sync>>,
+        source: Option<Arc<dyn std::error::Error + Send + Sync>>,
     },
     /// The connection to the backend failed outside any one group's call:
     /// setting it up, or the release-notice subscription.
@@ -121,7 +128,42 @@ pub enum Error {
         message: String,
         /// The backend's own error (a `redis::RedisError`), when there is one.
         #[source]
-        source: Option<Box<dyn std::error::Error + Send + Sync>>,
+        source: Option<Arc<dyn std::error::Error + Send + Sync>>,
+    },
+    /// Redis refused this client for a reason no retry fixes: the
+    /// configuration (this client's or the server's) must change. Wrong
+    /// credentials (`WRONGPASS`, a failed `AUTH`), a password missing
+    /// (`NOAUTH`), an ACL rule (`NOPERM`), a database the server does not
+    /// have, a Sentinel master name the sentinels do not know. `hint` says
+    /// what to check.
+    ///
+    /// The elections keep retrying (the server side may be fixed while this
+    /// instance runs), logging it; [`Runtime::ready`](crate::Runtime::ready)
+    /// returns it at once.
+    #[error("redis refused {}: {message} (hint: {hint})", refused_what(.group.as_deref()))]
+    Misconfigured {
+        /// The group whose call was refused; `None` for the connection
+        /// itself (before any group's call, or the release-notice connection).
+        group: Option<String>,
+        /// What Redis said (never includes credentials).
+        message: String,
+        /// What to check, in words.
+        hint: &'static str,
+        /// The backend's own error (a `redis::RedisError`), when there is one.
+        #[source]
+        source: Option<Arc<dyn std::error::Error + Send + Sync>>,
+    },
+    /// [`Runtime::ready`](crate::Runtime::ready) ran out of time: the
+    /// backend did not answer, or a group's first election round did not
+    /// complete without an error. `source` is the last error seen.
+    #[error("not ready within {after:?}: {source}")]
+    NotReady {
+        /// The timeout given to `ready`.
+        after: Duration,
+        /// The last error seen (an [`Error::Timeout`] when a call or round
+        /// was still pending).
+        #[source]
+        source: Box<Error>,
     },
     /// A [`once`](crate::once) call waited `after` (its
     /// [`timeout`](crate::Once::timeout)) and the name has no result yet:
@@ -148,8 +190,9 @@ pub enum Error {
         last_error: String,
     },
     /// This [`once`](crate::once) call ran the body and it returned an
-    /// error: nothing was recorded, the lease was released, and the next
-    /// caller tries again (within the attempt limit). `source` is the
+    /// error: no success was recorded (the failure and its text were, as
+    /// far as the backend answered), the lease was released, and the next
+    /// caller tries again (within the attempt limit). `source` holds the
     /// body's own error.
     #[error("once `{name}`: attempt {attempt} failed: {message}")]
     OnceBody {
@@ -160,23 +203,36 @@ pub enum Error {
         /// The body's error as text, URL credentials redacted (as recorded
         /// for the other callers, at most 1 KiB).
         message: String,
-        /// The body's error.
+        /// The body's error ([`BodyError::get_ref`]; shared: [`Error`] is
+        /// `Clone`); it shows redacted.
         #[source]
-        source: Box<dyn std::error::Error + Send + Sync>,
+        source: BodyError,
     },
     /// This [`once`](crate::once) call ran the body to success, but could
-    /// not record it while it still held the name's lease (the lease was
-    /// lost, or the backend failed until the view ended): another instance
-    /// will run the body again, under a greater token.
+    /// not learn that the success was recorded while it still held the
+    /// name's lease: the lease was lost, or the backend failed (or did not
+    /// answer) until the view ended. Most likely nothing was recorded and
+    /// another instance runs the body again, under a greater token; but a
+    /// record whose reply was lost may also stand — see
+    /// [`Runtime::once_status`](crate::Runtime::once_status).
     #[error(
-        "once `{name}`: the body succeeded under token {token}, but its result could not be \
-         recorded before the lease was lost; another instance will run it again"
+        "once `{name}`: the body succeeded under token {token}, but the lease was lost before \
+         its success was known to be recorded; unless it was, another instance runs it again"
     )]
     OnceUnrecorded {
         /// The run-once name.
         name: String,
         /// The fencing token the body ran under.
         token: u64,
+    },
+    /// [`Runtime::reset_once`](crate::Runtime::reset_once) was refused:
+    /// an instance holds the name's lease, so an attempt may be running
+    /// (nothing was reset: a running attempt stays counted). Try again when
+    /// it has ended.
+    #[error("once `{name}`: not reset, its lease is held (an attempt may be running); try again when it has ended")]
+    OnceBusy {
+        /// The run-once name.
+        name: String,
     },
     /// The backend answered with something the protocol does not allow.
     #[error("unexpected reply from backend for group `{group}`: {message}")]
@@ -189,6 +245,59 @@ pub enum Error {
 }
 
 impl Error {
+    /// Whether this error is a configuration problem that no retry fixes:
+    /// [`Config`](Self::Config), [`InvalidGroup`](Self::InvalidGroup),
+    /// [`NotConfigured`](Self::NotConfigured) and
+    /// [`Misconfigured`](Self::Misconfigured) (Redis refused the credentials,
+    /// an ACL rule, the database or the Sentinel master name). A start-up
+    /// that gets one should stop and say so rather than retry.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use leader_runtime::{Config, MemoryBackend};
+    ///
+    /// let err = Config::builder()
+    ///     .memory(MemoryBackend::new())
+    ///     .ttl(Duration::ZERO)
+    ///     .build()
+    ///     .unwrap_err();
+    /// assert!(err.is_config());
+    /// ```
+    pub fn is_config(&self) -> bool {
+        match self {
+            Error::Config { .. }
+            | Error::InvalidGroup { .. }
+            | Error::NotConfigured
+            | Error::Misconfigured { .. } => true,
+            Error::NotReady { source, .. } => source.is_config(),
+            _ => false,
+        }
+    }
+
+    /// A Redis error of `group`'s call (`None`: the connection's), shown as
+    /// `message`: [`Error::Misconfigured`] when no retry fixes it, else
+    /// [`Error::Backend`] (or [`Error::Connection`] without a group).
+    pub(crate) fn redis(group: Option<&str>, message: String, e: redis::RedisError) -> Self {
+        let hint = refusal_hint(&e);
+        let source: Option<Arc<dyn std::error::Error + Send + Sync>> = Some(Arc::new(e));
+        match (hint, group) {
+            (Some(hint), group) => Error::Misconfigured {
+                group: group.map(str::to_owned),
+                message,
+                hint,
+                source,
+            },
+            (None, Some(group)) => Error::Backend {
+                group: group.to_owned(),
+                message,
+                source,
+            },
+            (None, None) => Error::Connection { message, source },
+        }
+    }
+
     /// An [`Error::Backend`] for `group` with no underlying error.
     pub(crate) fn backend(group: &str, message: impl Into<String>) -> Self {
         Error::Backend {
@@ -207,6 +316,68 @@ impl Error {
     }
 }
 
+/// The error a [`once`](crate::once) body returned, as
+/// [`Error::OnceBody`] holds it: shown (`Display` and `Debug`) with URL
+/// credentials redacted, like every error of this crate. The body's own
+/// error, as it returned it, is [`get_ref`](Self::get_ref) or
+/// [`into_inner`](Self::into_inner).
+///
+/// # Examples
+///
+/// ```
+/// use leader_runtime::{Config, Error, MemoryBackend, Runtime};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), leader_runtime::Error> {
+/// let runtime = Runtime::new(Config::builder().memory(MemoryBackend::new()).build()?)?;
+/// let failed = runtime
+///     .once("seed", || async {
+///         Err::<&str, _>(std::io::Error::other("no route to postgres://app:s3cret@db/app"))
+///     })
+///     .await;
+/// let Err(Error::OnceBody { source, .. }) = failed else { panic!("{failed:?}") };
+/// assert_eq!(source.to_string(), "no route to postgres://app:***@db/app");
+/// assert!(!format!("{source:?}").contains("s3cret"));
+/// assert!(source.get_ref().downcast_ref::<std::io::Error>().is_some());
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct BodyError(Arc<dyn std::error::Error + Send + Sync>);
+
+impl BodyError {
+    pub(crate) fn new(error: Box<dyn std::error::Error + Send + Sync>) -> Self {
+        Self(error.into())
+    }
+
+    /// The body's error, as it returned it (its text unredacted).
+    pub fn get_ref(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+        &*self.0
+    }
+
+    /// The body's error, as it returned it (its text unredacted; shared
+    /// with the clones of this error).
+    pub fn into_inner(self) -> Arc<dyn std::error::Error + Send + Sync> {
+        self.0
+    }
+}
+
+impl std::fmt::Display for BodyError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&crate::redact::redact_text(&self.0.to_string()))
+    }
+}
+
+impl std::fmt::Debug for BodyError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("BodyError").field(&self.to_string()).finish()
+    }
+}
+
+/// Its `source` is none: the body's error's own chain is not redacted (reach
+/// it through [`get_ref`](Self::get_ref)).
+impl std::error::Error for BodyError {}
+
 /// `Result` with [`Error`] as the default error type.
 ///
 /// # Examples
@@ -220,3 +391,112 @@ impl Error {
 /// assert!(configure().is_ok());
 /// ```
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What [`Error::Misconfigured`] says was refused.
+fn refused_what(group: Option<&str>) -> String {
+    match group {
+        Some(group) => format!("the call for group `{group}`"),
+        None => "the connection".to_owned(),
+    }
+}
+
+/// What to check when Redis refused us for a reason no retry fixes; `None`
+/// for every other error.
+fn refusal_hint(e: &redis::RedisError) -> Option<&'static str> {
+    let code = e.code().unwrap_or_default();
+    // Errors raised inside a script arrive wrapped ("ERR ... NOPERM ..."):
+    // the text is the only place their cause shows.
+    let text = e.to_string();
+    if e.kind() == redis::ErrorKind::AuthenticationFailed || code == "WRONGPASS" {
+        Some(
+            "check the user and password: in the Redis URL (redis://user:password@host), or \
+             sentinel_master_auth for a Sentinel-managed master; a server without a password \
+             refuses one too",
+        )
+    } else if code == "NOAUTH" {
+        Some(
+            "the server requires a password: put it in the URL (redis://:password@host), or \
+             in sentinel_master_auth for a Sentinel-managed master",
+        )
+    } else if code == "NOPERM" || text.contains("NOPERM") {
+        Some(
+            "the ACL user lacks a command, key or channel it needs: DEPLOYING.md (and the \
+             docs of ConfigBuilder::redis_url) list the rules",
+        )
+    } else if text.contains("DB index is out of range") || text.contains("switch database") {
+        Some(
+            "the database in the URL (/N) does not exist on the server (see its `databases` \
+             setting; Redis Cluster has only database 0)",
+        )
+    } else if e.kind() == redis::ErrorKind::MasterNameNotFoundBySentinel {
+        Some("the sentinels monitor no master by the name given to redis_sentinel")
+    } else {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The error a server replying `-<text>` gives.
+    fn server_error(text: &str) -> redis::RedisError {
+        redis::parse_redis_value(format!("-{text}\r\n").as_bytes())
+            .unwrap()
+            .extract_error()
+            .unwrap_err()
+    }
+
+    #[test]
+    fn refusals_are_configuration_errors_with_a_hint() {
+        for (said, hint) in [
+            (
+                "WRONGPASS invalid username-password pair or user is disabled.",
+                "password",
+            ),
+            ("NOAUTH Authentication required.", "requires a password"),
+            (
+                "NOPERM User app has no permissions to run the 'evalsha' command",
+                "ACL",
+            ),
+            ("ERR DB index is out of range", "database"),
+        ] {
+            let e = Error::redis(Some("jobs"), said.to_owned(), server_error(said));
+            assert!(e.is_config(), "{said}: {e:?}");
+            assert!(matches!(&e, Error::Misconfigured { group: Some(g), .. } if g == "jobs"));
+            let text = e.to_string();
+            assert!(text.contains(said) && text.contains(hint), "{text}");
+            assert!(text.contains("group `jobs`"), "{text}");
+            assert!(std::error::Error::source(&e).is_some());
+        }
+        let auth = redis::RedisError::from((
+            redis::ErrorKind::AuthenticationFailed,
+            "Password authentication failed",
+        ));
+        let e = Error::redis(None, auth.to_string(), auth);
+        assert!(e.is_config());
+        assert!(
+            e.to_string().starts_with("redis refused the connection: "),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn other_redis_errors_may_pass() {
+        let io =
+            redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
+        let e = Error::redis(Some("jobs"), io.to_string(), io.clone());
+        assert!(
+            matches!(e, Error::Backend { .. }) && !e.is_config(),
+            "{e:?}"
+        );
+        let e = Error::redis(None, io.to_string(), io);
+        assert!(
+            matches!(e, Error::Connection { .. }) && !e.is_config(),
+            "{e:?}"
+        );
+        let loading = server_error("LOADING Redis is loading the dataset in memory");
+        let e = Error::redis(Some("jobs"), loading.to_string(), loading);
+        assert!(!e.is_config(), "{e:?}");
+    }
+}

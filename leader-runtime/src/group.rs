@@ -347,12 +347,15 @@ impl Control {
         let _ = self.first_round.set(());
     }
 
-    /// Wait until the election finished its first acquisition round, at most `limit`.
-    pub(crate) async fn first_round(&self, limit: Duration) {
+    /// Wait until the election finished its first acquisition round, at
+    /// most `limit`; whether it has.
+    pub(crate) async fn first_round(&self, limit: Duration) -> bool {
         if self.first_round.initialized() {
-            return;
+            return true;
         }
-        let _ = tokio::time::timeout(limit, self.first_round.wait()).await;
+        tokio::time::timeout(limit, self.first_round.wait())
+            .await
+            .is_ok()
     }
 
     /// Whether this instance takes part in the election.

@@ -27,8 +27,7 @@ use crate::global;
 use crate::group::Group;
 use crate::lease::Lease;
 use crate::names::{validate_group, MAX_GROUP_LEN};
-use crate::redact::redact_text;
-use crate::{Error, Result, Runtime};
+use crate::{BodyError, Error, Result, Runtime};
 
 /// The group of a run-once name is this prefix and the name.
 const GROUP_PREFIX: &str = "once:";
@@ -119,11 +118,15 @@ impl Once {
     }
 
     /// How many attempts the fleet makes, counted in the backend across
-    /// instances and restarts: a body that returned an error, and one whose
-    /// runner stopped before recording anything (a crash), each count. Once
-    /// `attempts` were made, callers get [`Error::OnceFailed`] instead of
-    /// running or waiting; a call with a higher limit, or
-    /// [`Runtime::reset_once`], allows more. At least 1.
+    /// instances and restarts: every attempt started counts, whether its
+    /// body returned an error or its runner stopped before recording
+    /// anything (a crash, a lost lease, a dropped call). Once `attempts`
+    /// were started and none is running (nobody holds the name's lease),
+    /// a call returns [`Error::OnceFailed`] instead of running or waiting: a
+    /// waiter learns it at its next read (every `retry_interval`), or when
+    /// its own election wins the lease. The limit is the caller's: a call
+    /// with a higher one, or [`Runtime::reset_once`], allows more. At least
+    /// 1.
     ///
     /// # Examples
     ///
@@ -271,10 +274,11 @@ impl Runtime {
     ///   takes it over (within one `ttl`) and runs its own `body`, under a
     ///   greater token; so write through the token (see
     ///   [Fencing](crate#fencing)) or make the body idempotent.
-    /// - An error ends the attempt: nothing is recorded, the lease is
-    ///   released, this call returns [`Error::OnceBody`] with the body's
-    ///   error, and the next waiter (or the next call) tries again, until
-    ///   [`Once::attempts`] attempts were made (3 by default); then everyone
+    /// - An error ends the attempt: no success is recorded (the failure and
+    ///   its redacted text are), the lease is released, this call returns
+    ///   [`Error::OnceBody`] with the body's error, and the next waiter (or
+    ///   the next call) tries again, until [`Once::attempts`] attempts were
+    ///   started (3 by default, crashed ones included); then every caller
     ///   gets [`Error::OnceFailed`] with the last error's text.
     ///
     /// The record lives in the backend: a Redis that loses its data (a
@@ -323,8 +327,8 @@ impl Runtime {
     /// - [`Error::OnceTimeout`]: no result within the timeout (the backend
     ///   unreachable all along, or another instance still running);
     /// - [`Error::OnceUnrecorded`]: `body` succeeded here but the lease was
-    ///   lost before the success was recorded; another instance runs it
-    ///   again.
+    ///   lost before the success was known to be recorded; unless it was
+    ///   (a reply lost on the way), another instance runs it again.
     ///
     /// # Cancel safety
     ///
@@ -366,7 +370,7 @@ impl Runtime {
         let group = group_of(name)?;
         let keys = OnceKeys::new(&self.config().key_prefix, &group);
         let limit = self.config().call_timeout;
-        let stored =
+        let (_, stored) =
             backend::within(&group, limit, self.ctx().backend.once_read(&group, &keys)).await?;
         Ok(status(name, stored))
     }
@@ -374,7 +378,9 @@ impl Runtime {
     /// Forget the attempts and failures of the run-once `name`, so that the
     /// next call runs it again with its full [`Once::attempts`] — after a
     /// fix for a body that failed on every attempt. A success is never
-    /// forgotten (use a new name to run new work). Returns the status after.
+    /// forgotten (use a new name to run new work), and nothing is reset
+    /// while an instance holds the name's lease (an attempt may be running,
+    /// and must stay counted). Returns the status after.
     ///
     /// # Examples
     ///
@@ -399,15 +405,24 @@ impl Runtime {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidGroup`] for a bad name; the backend's error or timeout.
+    /// [`Error::InvalidGroup`] for a bad name; [`Error::OnceBusy`] while the
+    /// name's lease is held; the backend's error or timeout.
     pub async fn reset_once(&self, name: &str) -> Result<OnceStatus> {
         let group = group_of(name)?;
         let keys = OnceKeys::new(&self.config().key_prefix, &group);
         let limit = self.config().call_timeout;
-        let stored =
-            backend::within(&group, limit, self.ctx().backend.once_reset(&group, &keys)).await?;
-        tracing::info!(name, "once: attempts and failures reset");
-        Ok(status(name, stored))
+        let reset = self.ctx().backend.once_reset(&group, &keys);
+        match backend::within(&group, limit, reset).await? {
+            (Verdict::Busy, _) => Err(Error::OnceBusy {
+                name: name.to_owned(),
+            }),
+            (verdict, stored) => {
+                if verdict != Verdict::Done {
+                    tracing::info!(name, "once: attempts and failures reset");
+                }
+                Ok(status(name, stored))
+            }
+        }
     }
 }
 
@@ -477,8 +492,11 @@ struct Call<'a> {
     keys: OnceKeys,
     timeout: Duration,
     attempts: u32,
-    /// In a burst of failed reads (log only its first).
-    failing: AtomicBool,
+    /// In a burst of failed reads (log only its first at WARN).
+    reads_failing: AtomicBool,
+    /// In a burst of failed steps under the lease (likewise; apart from
+    /// the reads, which may succeed in between).
+    steps_failing: AtomicBool,
 }
 
 impl<'a> Call<'a> {
@@ -494,7 +512,8 @@ impl<'a> Call<'a> {
             group,
             timeout: spec.timeout,
             attempts: spec.attempts,
-            failing: AtomicBool::new(false),
+            reads_failing: AtomicBool::new(false),
+            steps_failing: AtomicBool::new(false),
         })
     }
 
@@ -548,7 +567,7 @@ impl<'a> Call<'a> {
                 return Err(Error::ShutDown);
             }
             if group.is_leader() && Instant::now() < deadline {
-                let attempt = self.attempt(&mut body);
+                let attempt = self.attempt(group, &mut body);
                 if let Some(Some(settled)) = admission::run(group, false, attempt).await {
                     return settled;
                 }
@@ -572,7 +591,11 @@ impl<'a> Call<'a> {
     /// Under the lease: start an attempt and run the body, or learn that
     /// there is nothing to run. `None`: not settled (the lease is not ours
     /// after all, or the backend failed): wait and try again.
-    async fn attempt<F, Fut, S, E>(&self, body: &mut Option<F>) -> Option<Result<OnceRecord>>
+    async fn attempt<F, Fut, S, E>(
+        &self,
+        group: &Group,
+        body: &mut Option<F>,
+    ) -> Option<Result<OnceRecord>>
     where
         F: FnOnce() -> Fut,
         Fut: Future<Output = std::result::Result<S, E>>,
@@ -587,27 +610,22 @@ impl<'a> Call<'a> {
             id,
             token: lease.token(),
         };
-        let (verdict, stored) = match self
-            .step(
-                &holder,
-                Step::Begin {
-                    limit: self.attempts,
-                },
-            )
-            .await
-        {
-            Ok(answer) => answer,
-            Err(e) => {
-                tracing::warn!(name = self.name, error = %e, "once: could not start an attempt; trying again");
-                return None;
-            }
-        };
+        let limit = self.attempts;
+        // A backend error is logged by `step`; the caller tries again.
+        let (verdict, stored) = self.step(&holder, Step::Begin { limit }).await.ok()?;
         match verdict {
             Verdict::Run => {}
             Verdict::Done => return record(self.name, &stored, None).map(Ok),
             Verdict::Failed => return Some(Err(self.failed(stored))),
-            Verdict::Lost | Verdict::Open => return None,
+            Verdict::Lost | Verdict::Open | Verdict::Held | Verdict::Busy => return None,
         }
+        // Out of the race from now on (the flag only: the lease stays ours
+        // while we hold it). This call ends with this attempt, so its group
+        // is forgotten anyway; but if the lease is lost while the body runs,
+        // our own election must not take it again (under a token the body
+        // did not run under) and keep it from the waiters. Set here, before
+        // the body, it is in place before any loss.
+        group.control.set_eligible(false);
         let Some(body) = body.take() else {
             // A call settles once its body ran: a second start is a bug.
             return Some(Err(Error::Protocol {
@@ -628,8 +646,8 @@ impl<'a> Call<'a> {
                 Some(self.record_done(&holder, &lease, &summary).await)
             }
             Err(e) => {
-                let source = e.into();
-                let text = bounded(redact_text(&source.to_string()), self.name, "error text");
+                let source = BodyError::new(e.into());
+                let text = bounded(source.to_string(), self.name, "error text");
                 tracing::warn!(name = self.name, attempt, token = holder.token, error = %text, "once: the body failed");
                 self.record_failure(&holder, &lease, &text).await;
                 Some(Err(Error::OnceBody {
@@ -642,10 +660,8 @@ impl<'a> Call<'a> {
         }
     }
 
-    /// Run the body to its end. If the lease is lost meanwhile, this
-    /// instance stops campaigning for the name until the call ends: its own
-    /// election must not take the lease again (under a token the body did
-    /// not run under) and keep it from the waiters.
+    /// Run the body to its end (if the lease is lost meanwhile, say so: the
+    /// election is out of the race already, see `attempt`).
     async fn run_body<F, Fut, S, E>(&self, body: F, lease: &Lease) -> Fut::Output
     where
         F: FnOnce() -> Fut,
@@ -663,11 +679,6 @@ impl<'a> Call<'a> {
             token = lease.token(),
             "once: the lease was lost while the body runs; its result will not be recorded"
         );
-        // From inside the group's body this returns at once (a hand-over of
-        // a lease taken again meanwhile follows when the body returns).
-        if let Err(e) = self.rt.set_eligible(&self.group, false).await {
-            tracing::debug!(name = self.name, error = %e, "once: could not leave the race");
-        }
         body.await
     }
 
@@ -678,34 +689,29 @@ impl<'a> Call<'a> {
         lease: &Lease,
         summary: &str,
     ) -> Result<OnceRecord> {
-        loop {
+        let stored = loop {
             match self.step(holder, Step::Done { summary }).await {
-                Ok((Verdict::Done, stored)) => {
-                    if let Some(done) = record(self.name, &stored, Some(holder.token)) {
-                        tracing::info!(name = self.name, token = holder.token, by = %done.instance_id, "once: done");
-                        return Ok(done);
-                    }
-                }
-                Ok(_) => {}
-                Err(e) if lease.is_valid() => {
-                    tracing::warn!(name = self.name, error = %e, "once: recording the success failed; retrying");
-                    sleep(RECORD_RETRY).await;
-                    continue;
-                }
-                Err(e) => {
-                    tracing::warn!(name = self.name, error = %e, "once: recording the success failed")
-                }
+                Ok((_, stored)) => break Some(stored),
+                Err(_) if lease.is_valid() => sleep(RECORD_RETRY).await,
+                // The script may have run and only its reply been lost:
+                // look once (bounded) before saying it was not recorded.
+                Err(_) => break self.fetch().await.ok().map(|(_, stored)| stored),
             }
-            tracing::warn!(
-                name = self.name,
-                token = holder.token,
-                "once: the body succeeded, but the lease was lost before its result was recorded"
-            );
-            return Err(Error::OnceUnrecorded {
-                name: self.name.to_owned(),
-                token: holder.token,
-            });
+        };
+        // Ours, or (deposed meanwhile) a successor's: the name is done.
+        if let Some(done) = stored.and_then(|s| record(self.name, &s, Some(holder.token))) {
+            tracing::info!(name = self.name, token = done.token, by = %done.instance_id, "once: done");
+            return Ok(done);
         }
+        tracing::warn!(
+            name = self.name,
+            token = holder.token,
+            "once: the body succeeded, but the lease was lost before its success was known to be recorded"
+        );
+        Err(Error::OnceUnrecorded {
+            name: self.name.to_owned(),
+            token: holder.token,
+        })
     }
 
     /// Record the failure (best effort: unrecorded, the attempt still
@@ -721,48 +727,62 @@ impl<'a> Call<'a> {
                     );
                     return;
                 }
-                Err(e) if lease.is_valid() => {
-                    tracing::warn!(name = self.name, error = %e, "once: recording the failure failed; retrying");
-                    sleep(RECORD_RETRY).await;
-                }
-                Err(e) => {
-                    tracing::warn!(name = self.name, error = %e, "once: recording the failure failed");
-                    return;
-                }
+                Err(_) if lease.is_valid() => sleep(RECORD_RETRY).await,
+                Err(_) => return,
             }
         }
     }
 
+    /// A step under the lease (a backend error logged, see `logged`).
     async fn step(&self, holder: &Holder<'_>, step: Step<'_>) -> Result<(Verdict, Stored)> {
         let ctx = self.rt.ctx();
         let limit = ctx.config.call_timeout;
-        backend::within(&self.group, limit, ctx.backend.once_step(holder, step)).await
+        let what = match step {
+            Step::Begin { .. } => "starting an attempt",
+            Step::Done { .. } => "recording the success",
+            Step::Fail { .. } => "recording the failure",
+        };
+        let answer = backend::within(&self.group, limit, ctx.backend.once_step(holder, step));
+        self.logged(&self.steps_failing, what, answer.await)
     }
 
-    /// Read the result without the lease: settled if it is done, or failed
-    /// as often as this caller allows. A backend error settles nothing.
-    async fn read(&self) -> Option<Result<OnceRecord>> {
+    /// The result as stored, and whether the lease is held (a backend error
+    /// logged, see `logged`).
+    async fn fetch(&self) -> Result<(Verdict, Stored)> {
         let ctx = self.rt.ctx();
         let limit = ctx.config.call_timeout;
         let read = ctx.backend.once_read(&self.group, &self.keys);
-        let stored = match backend::within(&self.group, limit, read).await {
-            Ok(stored) => {
-                self.failing.store(false, Ordering::Relaxed);
-                stored
-            }
-            Err(e) if self.failing.swap(true, Ordering::Relaxed) => {
-                tracing::debug!(name = self.name, error = %e, "once: could not read the result again");
-                return None;
+        let answer = backend::within(&self.group, limit, read).await;
+        self.logged(&self.reads_failing, "reading the result", answer)
+    }
+
+    /// `answer`, its error logged: at WARN the first of a burst (these calls
+    /// are retried every `retry_interval` or faster), at DEBUG the others
+    /// until a call of the kind (`failing` is the kind's flag) succeeds.
+    fn logged<T>(&self, failing: &AtomicBool, what: &str, answer: Result<T>) -> Result<T> {
+        match &answer {
+            Ok(_) => failing.store(false, Ordering::Relaxed),
+            Err(e) if failing.swap(true, Ordering::Relaxed) => {
+                tracing::debug!(name = self.name, error = %e, "once: {what} failed again");
             }
             Err(e) => {
-                tracing::warn!(name = self.name, error = %e, "once: could not read the result; trying again every retry_interval");
-                return None;
+                tracing::warn!(name = self.name, error = %e, "once: {what} failed; trying again (until a call succeeds, further failures are logged at debug)");
             }
-        };
+        }
+        answer
+    }
+
+    /// Read the result without the lease: settled if it is done, or if
+    /// this caller's limit of attempts were started and none is running
+    /// (nobody holds the lease) — the rule a runner's `begin` applies. A
+    /// backend error settles nothing.
+    async fn read(&self) -> Option<Result<OnceRecord>> {
+        let (verdict, stored) = self.fetch().await.ok()?;
         if let Some(done) = record(self.name, &stored, None) {
             return Some(Ok(done));
         }
-        (stored.failures >= self.attempts).then(|| Err(self.failed(stored)))
+        (verdict == Verdict::Open && stored.attempts >= self.attempts)
+            .then(|| Err(self.failed(stored)))
     }
 
     fn failed(&self, stored: Stored) -> Error {
@@ -856,5 +876,7 @@ async fn turn(runtime: u64, name: &str) -> tokio::sync::OwnedMutexGuard<()> {
     lock.lock_owned().await
 }
 
+#[cfg(test)]
+mod backend_tests;
 #[cfg(test)]
 mod tests;

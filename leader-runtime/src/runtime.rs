@@ -2,8 +2,8 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
 
 use tokio::runtime::Handle;
 use tokio::sync::{broadcast, oneshot};
@@ -201,8 +201,8 @@ impl Runtime {
     /// atomic compare against the clock, never a network call. The first call
     /// naming a group starts its election (and returns false).
     ///
-    /// An invalid group name answers false; the first such call in the
-    /// process logs an error, later ones log at debug level.
+    /// An invalid group name answers false; the first such call for each
+    /// name logs an error, later ones log at debug level.
     ///
     /// # Examples
     ///
@@ -222,13 +222,7 @@ impl Runtime {
         match self.group(group) {
             Ok(group) => group.is_leader(),
             Err(e) => {
-                // Likely called in a loop: one error, then quieter.
-                static REPORTED: AtomicBool = AtomicBool::new(false);
-                if REPORTED.swap(true, Ordering::Relaxed) {
-                    tracing::debug!(error = %e, "is_leader: not leader");
-                } else {
-                    tracing::error!(error = %e, "is_leader: not leader (later calls log at debug)");
-                }
+                report_unusable_group("is_leader", "not leader", &e);
                 false
             }
         }
@@ -266,6 +260,11 @@ impl Runtime {
     /// `None` when not leader. The first call naming a group waits for its
     /// first acquisition round (bounded by 1.5 × the call timeout).
     ///
+    /// An invalid group name, or a runtime shut down, also gives `None`
+    /// (fail closed); the first call with each invalid name logs an error,
+    /// later ones log at debug level. To tell those apart from "not the
+    /// leader", call [`try_run_if_leader`](Self::try_run_if_leader).
+    ///
     /// # Examples
     ///
     /// ```
@@ -294,14 +293,60 @@ impl Runtime {
         F: FnOnce() -> Fut,
         Fut: Future,
     {
-        let group = match self.ready_group(group).await {
-            Ok(group) => group,
+        match self.try_run_if_leader(group, f).await {
+            Ok(ran) => ran,
             Err(e) => {
-                tracing::error!(error = %e, "run_if_leader: body not run");
-                return None;
+                report_unusable_group("run_if_leader", "body not run", &e);
+                None
             }
-        };
-        admission::run(&group, false, f()).await
+        }
+    }
+
+    /// [`run_if_leader`](Self::run_if_leader) that tells a name it cannot
+    /// use from "not the leader": `Ok(Some(output))` when `f` ran,
+    /// `Ok(None)` when this instance does not lead `group`, `Err` when
+    /// `group` is not a valid group name or the runtime is shut down. For
+    /// group names made at run time (a tenant, a shard). Logs nothing: the
+    /// error is the caller's.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use leader_runtime::{Config, Error, MemoryBackend, Runtime};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), leader_runtime::Error> {
+    /// let runtime = Runtime::new(Config::builder().memory(MemoryBackend::new()).build()?)?;
+    /// let tenant = "acme corp"; // a space: not a group name
+    /// match runtime.try_run_if_leader(tenant, || async { 1 }).await {
+    ///     Ok(Some(n)) => println!("ran: {n}"),
+    ///     Ok(None) => println!("another instance leads {tenant}"),
+    ///     Err(Error::InvalidGroup { rule, .. }) => println!("{tenant:?} cannot be a group: {rule}"),
+    ///     Err(e) => return Err(e),
+    /// }
+    /// let ran = runtime.try_run_if_leader("acme-corp", || async { 1 }).await?;
+    /// assert_eq!(ran, Some(1));
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidGroup`]; [`Error::ShutDown`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future drops the body; the group's election goes on.
+    pub async fn try_run_if_leader<F, Fut>(&self, group: &str, f: F) -> Result<Option<Fut::Output>>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future,
+    {
+        let group = self.ready_group(group).await?;
+        if !self.is_running() {
+            return Err(Error::ShutDown);
+        }
+        Ok(admission::run(&group, false, f()).await)
     }
 
     /// Hand the lease of `group` to another instance: stop admitting gated
@@ -514,7 +559,7 @@ impl Runtime {
     /// # }
     /// ```
     pub fn status(&self) -> Vec<GroupStatus> {
-        let groups: Vec<Arc<Group>> = self.inner.shared.groups().values().cloned().collect();
+        let groups = self.groups();
         let mut status: Vec<GroupStatus> = groups
             .iter()
             .map(|g| g.status(self.instance_id()))
@@ -657,8 +702,7 @@ impl Runtime {
     /// The stop is started at the first poll and goes on if this future is dropped.
     pub async fn shutdown(&self) {
         let shared = &self.inner.shared;
-        shared.ctx.stop.cancel();
-        shared.tasks.close();
+        self.begin_shutdown();
         let inside_own_body = shared
             .groups()
             .values()
@@ -668,6 +712,21 @@ impl Runtime {
             return;
         }
         shared.tasks.wait().await;
+    }
+
+    /// Stop every election: each hands its lease over (drain, release) in
+    /// its own task; [`elections`](Self::elections) tells when all are done.
+    pub(crate) fn begin_shutdown(&self) {
+        let shared = &self.inner.shared;
+        shared.ctx.stop.cancel();
+        shared.tasks.close();
+    }
+
+    /// The election tasks (waiting on it after
+    /// [`begin_shutdown`](Self::begin_shutdown) waits for their hand-overs),
+    /// and the tokio runtime they run on.
+    pub(crate) fn elections(&self) -> (&TaskTracker, &Handle) {
+        (&self.inner.shared.tasks, &self.inner.shared.handle)
     }
 
     /// A registered group, or register it and start its election.
@@ -716,7 +775,39 @@ impl Runtime {
     pub(crate) fn registered(&self, name: &str) -> Option<Arc<Group>> {
         self.inner.shared.get(name)
     }
+
+    /// Every registered group, in no order.
+    pub(crate) fn groups(&self) -> Vec<Arc<Group>> {
+        self.inner.shared.groups().values().cloned().collect()
+    }
 }
+
+/// Log why `api` could not use a group: an invalid name as an error the
+/// first time for each name (at most [`REPORTED_NAMES`] of them, so that
+/// made-up names cannot grow the set without bound), then at debug level
+/// (such calls tend to repeat in a loop); a runtime shut down at debug level.
+fn report_unusable_group(api: &str, outcome: &str, e: &Error) {
+    static REPORTED: Mutex<Vec<String>> = Mutex::new(Vec::new());
+    let first = match e {
+        Error::InvalidGroup { group, .. } => {
+            let mut reported = REPORTED.lock().unwrap_or_else(PoisonError::into_inner);
+            let new = !reported.contains(group) && reported.len() < REPORTED_NAMES;
+            if new {
+                reported.push(group.clone());
+            }
+            new
+        }
+        _ => false,
+    };
+    if first {
+        tracing::error!(error = %e, "{api}: {outcome} (later calls with this name log at debug level)");
+    } else {
+        tracing::debug!(error = %e, "{api}: {outcome}");
+    }
+}
+
+/// How many invalid group names get an error of their own.
+const REPORTED_NAMES: usize = 64;
 
 /// Route release notices to the waiting group (ignoring our own), and
 /// control requests to the group they name.
@@ -776,3 +867,6 @@ fn control(instance_id: &str, group: &Group, request: Control) {
         Control::StepDown { .. } => {}
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -80,6 +80,7 @@ pub struct GroupStatus {
     /// this instance saw through (feature `cron`; the fleet-wide history is
     /// [`cron::history`](crate::cron::history())).
     #[cfg(feature = "cron")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "cron")))]
     pub cron_jobs: Vec<crate::cron::JobStatus>,
 }
 
@@ -95,7 +96,7 @@ struct State {
     holder: Option<Arc<str>>,
     paused: bool,
     failing: bool,
-    last_error: Option<String>,
+    last_error: Option<Error>,
 }
 
 impl Observed {
@@ -153,7 +154,7 @@ impl Observed {
             eligible,
             paused: state.paused,
             failing: state.failing,
-            last_error: state.last_error.clone(),
+            last_error: state.last_error.as_ref().map(Error::to_string),
             #[cfg(feature = "cron")]
             cron_jobs: Vec::new(),
         }
@@ -163,7 +164,13 @@ impl Observed {
     pub(crate) fn failed(&self, e: &Error) {
         let mut state = self.state();
         state.failing = true;
-        state.last_error = Some(e.to_string());
+        state.last_error = Some(e.clone());
+    }
+
+    /// The error of the last backend call, if it failed.
+    pub(crate) fn failure(&self) -> Option<Error> {
+        let state = self.state();
+        state.last_error.as_ref().filter(|_| state.failing).cloned()
     }
 }
 

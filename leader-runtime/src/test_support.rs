@@ -50,3 +50,18 @@ pub(crate) async fn next_transition(rx: &mut broadcast::Receiver<Event>) -> Even
         }
     }
 }
+
+/// What a `tracing` subscriber writes, kept for a test to read.
+#[derive(Clone, Default)]
+pub(crate) struct Captured(pub(crate) std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}

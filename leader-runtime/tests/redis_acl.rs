@@ -147,7 +147,11 @@ async fn a_wrong_password_fails_clearly_and_is_never_shown() {
 
     let err = rt.leader_id(G).await.unwrap_err();
     let shown = err.to_string();
-    assert!(matches!(err, Error::Backend { .. }), "{err:?}");
+    // Refused credentials: a configuration error no retry fixes.
+    assert!(
+        matches!(err, Error::Misconfigured { .. }) && err.is_config(),
+        "{err:?}"
+    );
     assert!(
         shown.contains("WRONGPASS") || shown.to_lowercase().contains("auth"),
         "the error must say it is about authentication: {shown}"
@@ -185,6 +189,16 @@ async fn a_wrong_password_fails_clearly_and_is_never_shown() {
         !logs.contains(WRONG),
         "the password leaked into the logs:\n{logs}"
     );
+    // The release-notice connection's failure says whose it is, with the hint.
+    let notice_line = logs
+        .lines()
+        .find(|l| l.contains("release-notice connection down"))
+        .unwrap_or_else(|| panic!("no release-notice warning:\n{logs}"));
+    assert!(
+        notice_line.contains("WARN") && notice_line.contains("redis refused the connection"),
+        "{notice_line}"
+    );
+    assert!(!logs.contains("group `*`"), "{logs}");
 }
 
 #[tokio::test]

@@ -452,7 +452,7 @@ async fn acl_user_and_passwords_through_sentinel() {
     let b = build("b", "wrong-pw");
     let err = b.leader_id(G).await.unwrap_err();
     let text = err.to_string();
-    assert!(matches!(err, Error::Backend { .. }), "{err:?}");
+    assert!(matches!(err, Error::Misconfigured { .. }), "{err:?}");
     assert!(
         !text.contains("wrong-pw") && !text.contains("sentinel-pw"),
         "{text}"
@@ -478,7 +478,7 @@ async fn a_wrong_master_name_fails_with_a_clear_error() {
     let mut events = rt.subscribe();
     let err = rt.leader_id(G).await.unwrap_err();
     let text = err.to_string();
-    assert!(matches!(err, Error::Backend { .. }), "{err:?}");
+    assert!(matches!(err, Error::Misconfigured { .. }), "{err:?}");
     assert!(
         text.contains("no-such-master") && text.contains("sentinel"),
         "{text}"

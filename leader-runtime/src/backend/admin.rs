@@ -275,11 +275,7 @@ fn parse_inspect(group: &str, reply: Value) -> Result<Inspected> {
 
 fn backend_err(group: &str, e: &redis::RedisError) -> Error {
     // RedisError's Display carries the server's message, never the URL.
-    Error::Backend {
-        group: group.to_owned(),
-        message: e.to_string(),
-        source: Some(Box::new(e.clone())),
-    }
+    Error::redis(Some(group), e.to_string(), e.clone())
 }
 
 fn protocol_err(group: &str, op: &str, reply: &Value) -> Error {

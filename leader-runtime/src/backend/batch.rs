@@ -188,11 +188,8 @@ async fn send<C: ConnectionLike>(mut conn: C, scripts: Arc<Scripts>, chunk: Vec<
             // RedisError's Display carries the server's message, never the URL.
             let message = e.to_string();
             for r in chunk {
-                let _ = r.reply.send(Err(Error::Backend {
-                    group: r.group,
-                    message: message.clone(),
-                    source: Some(Box::new(e.clone())),
-                }));
+                let e = Error::redis(Some(&r.group), message.clone(), e.clone());
+                let _ = r.reply.send(Err(e));
             }
             return;
         }

@@ -56,6 +56,9 @@ struct Inner {
     state: Mutex<State>,
     available: AtomicBool,
     notices: broadcast::Sender<(String, String)>,
+    /// Tests: run-once steps apply, but their replies are lost.
+    #[cfg(test)]
+    lose_once_replies: AtomicBool,
 }
 
 #[derive(Debug, Default)]
@@ -134,6 +137,8 @@ impl MemoryBackend {
             inner: Arc::new(Inner {
                 state: Mutex::new(State::default()),
                 available: AtomicBool::new(true),
+                #[cfg(test)]
+                lose_once_replies: AtomicBool::new(false),
                 notices,
             }),
         }
@@ -497,6 +502,18 @@ impl MemoryBackend {
                 .send((channel.to_owned(), format!("{} {}", op.group, op.id)));
         }
         Ok(ours)
+    }
+
+    /// Whether the backend answers (no simulated outage).
+    pub(super) fn ping(&self) -> Result<()> {
+        if self.inner.available.load(Ordering::SeqCst) {
+            Ok(())
+        } else {
+            Err(Error::Connection {
+                message: "memory backend is unavailable (simulated outage)".to_owned(),
+                source: None,
+            })
+        }
     }
 
     pub(super) fn holder(&self, group: &str, keys: &GroupKeys) -> Result<Option<String>> {

@@ -200,6 +200,15 @@ impl Backend {
         }
     }
 
+    /// One round trip that needs no group: `PING` (connecting, and so
+    /// authenticating and selecting the database, first if need be).
+    pub(crate) async fn ping(&self) -> Result<()> {
+        match self {
+            Backend::Redis(b) => b.ping().await,
+            Backend::Memory(b) => b.ping(),
+        }
+    }
+
     pub(crate) async fn holder(&self, group: &str, keys: &GroupKeys) -> Result<Option<String>> {
         match self {
             Backend::Redis(b) => b.holder(group, keys).await,

@@ -12,7 +12,7 @@
 --            done_by        the instance id of that runner
 --            done_at        server unix ms when the success was recorded
 --            summary        the body's summary
--- ARGV[1]  'begin', 'done', 'fail' or 'reset'
+-- ARGV[1]  'begin', 'done', 'fail' (the lease holder's steps), 'read' or 'reset'
 -- ARGV[2]  our instance id     (begin, done, fail)
 -- ARGV[3]  our fencing token   (begin, done, fail; decimal, compared as a string)
 -- ARGV[4]  begin: the caller's attempt limit; done: the summary; fail: the error text
@@ -24,9 +24,15 @@
 --   'run'     begin: the attempt is ours, counted (or was: a retry of our own
 --             begin after a lost reply counts nothing)
 --   'failed'  begin: `attempts` reached the limit; nothing written
---   'open'    fail: recorded (a retry of our own fail counts nothing); reset: done
+--   'open'    fail: recorded (a retry of our own fail counts nothing);
+--             read: nobody holds the lease, so no attempt is running; reset: done
+--   'held'    read: somebody holds the lease (an attempt may be running)
+--   'busy'    reset: somebody holds the lease: nothing written (a running
+--             attempt must stay counted)
 -- Under the lease nobody else runs an attempt, so every attempt counted
--- before ours has ended: `attempts` is what the limit is compared with.
+-- before ours has ended: `attempts` is what the limit is compared with. A
+-- waiter's 'read' answers 'open' on the same ground (nobody holds the lease),
+-- and the waiter compares `attempts` with its limit the same way.
 if redis.replicate_commands then redis.replicate_commands() end
 local f = redis.call('HMGET', KEYS[3], 'attempts', 'failures', 'error', 'done_token',
   'done_by', 'done_at', 'summary', 'started_token', 'failed_token')
@@ -42,12 +48,17 @@ end
 
 local op = ARGV[1]
 if s.done_token ~= '' then return reply('done') end
-if op == 'reset' then
+local holder = redis.call('GET', KEYS[1])
+if op == 'read' then
+  if holder then return reply('held') end
+  return reply('open')
+elseif op == 'reset' then
+  if holder then return reply('busy') end
   s.attempts, s.failures, s.error = 0, 0, ''
   redis.call('HSET', KEYS[3], 'attempts', '0', 'failures', '0', 'error', '')
   return reply('open')
 end
-if redis.call('GET', KEYS[1]) ~= ARGV[2] then return reply('lost') end
+if holder ~= ARGV[2] then return reply('lost') end
 local rec, err = read_record(KEYS[2])
 if err then return redis.error_reply(err) end
 if rec == nil or rec.token ~= ARGV[3] then return reply('lost') end

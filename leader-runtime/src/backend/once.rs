@@ -1,6 +1,7 @@
 //! The run-once operations of the backends: start an attempt, record its
 //! success or failure (each only under the name's lease, with its token),
-//! read the result, reset the attempt count. `once.lua` is the Redis side,
+//! read the result (and whether the lease is held), reset the attempt count
+//! (only while nobody holds the lease). `once.lua` is the Redis side,
 //! `memory/once.rs` the same rules in memory.
 
 use super::Backend;
@@ -46,7 +47,7 @@ pub(crate) struct Holder<'a> {
     pub(crate) token: u64,
 }
 
-/// What a step found; see `once.lua`.
+/// What a step, a read or a reset found; see `once.lua`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Verdict {
     Done,
@@ -54,6 +55,10 @@ pub(crate) enum Verdict {
     Run,
     Failed,
     Open,
+    /// Read: somebody holds the name's lease.
+    Held,
+    /// Reset: somebody holds the name's lease; nothing was reset.
+    Busy,
 }
 
 impl Verdict {
@@ -64,6 +69,8 @@ impl Verdict {
             b"run" => Verdict::Run,
             b"failed" => Verdict::Failed,
             b"open" => Verdict::Open,
+            b"held" => Verdict::Held,
+            b"busy" => Verdict::Busy,
             _ => return None,
         })
     }
@@ -104,16 +111,28 @@ impl Backend {
         }
     }
 
-    /// The result as stored, read without the lease.
-    pub(crate) async fn once_read(&self, group: &str, keys: &OnceKeys) -> Result<Stored> {
+    /// The result as stored, read without the lease, and whether somebody
+    /// holds the lease: [`Verdict::Done`], [`Verdict::Held`] or
+    /// [`Verdict::Open`] (nobody: no attempt is running).
+    pub(crate) async fn once_read(
+        &self,
+        group: &str,
+        keys: &OnceKeys,
+    ) -> Result<(Verdict, Stored)> {
         match self {
             Backend::Redis(b) => b.once_read(group, keys).await,
             Backend::Memory(b) => b.once_read(group, keys),
         }
     }
 
-    /// Forget the attempts and failures (not a success) of a name.
-    pub(crate) async fn once_reset(&self, group: &str, keys: &OnceKeys) -> Result<Stored> {
+    /// Forget the attempts and failures (not a success) of a name:
+    /// [`Verdict::Open`] when done, [`Verdict::Busy`] (nothing changed) while
+    /// somebody holds the lease, [`Verdict::Done`] after a success.
+    pub(crate) async fn once_reset(
+        &self,
+        group: &str,
+        keys: &OnceKeys,
+    ) -> Result<(Verdict, Stored)> {
         match self {
             Backend::Redis(b) => b.once_reset(group, keys).await,
             Backend::Memory(b) => b.once_reset(group, keys),

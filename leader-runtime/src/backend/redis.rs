@@ -220,6 +220,15 @@ impl Clients {
                     ),
                 )
             })?;
+            if config.cluster && info.redis_settings().db() != 0 {
+                return Err(Error::config(
+                    field,
+                    format!(
+                        "must not name a database ({}): Redis Cluster has only database 0",
+                        redact_url(url)
+                    ),
+                ));
+            }
             if config.sentinel.is_some() {
                 infos.push((info, redact_url(url)));
             } else {
@@ -610,6 +619,16 @@ impl RedisBackend {
         }
     }
 
+    /// `PING` on the command connection; a failure is the connection's, not
+    /// a group's.
+    pub(super) async fn ping(&self) -> Result<()> {
+        redis::cmd("PING")
+            .query_async::<Value>(&mut self.conn.clone())
+            .await
+            .map(drop)
+            .map_err(|e| connection_err(&e))
+    }
+
     pub(super) async fn holder(&self, group: &str, keys: &GroupKeys) -> Result<Option<String>> {
         let reply: Value = redis::cmd("GET")
             .arg(&keys.lease)
@@ -876,20 +895,13 @@ fn millis(d: Duration) -> u64 {
 
 fn backend_err(group: &str, e: &redis::RedisError) -> Error {
     // RedisError's Display carries the server's message, never the URL.
-    Error::Backend {
-        group: group.to_owned(),
-        message: e.to_string(),
-        source: Some(Box::new(e.clone())),
-    }
+    Error::redis(Some(group), e.to_string(), e.clone())
 }
 
 /// A connection-level error: no group's call failed.
 fn connection_err(e: &redis::RedisError) -> Error {
     // RedisError's Display carries the server's message, never the URL.
-    Error::Connection {
-        message: e.to_string(),
-        source: Some(Box::new(e.clone())),
-    }
+    Error::redis(None, e.to_string(), e.clone())
 }
 
 /// The release-notice connection did not answer in time.

@@ -9,7 +9,7 @@ use tokio::time::{advance, sleep, Instant};
 
 use crate::{Config, Event, LostReason, MemoryBackend, Runtime};
 
-use crate::test_support::{instance, next_transition, settle, G, MARGIN, RENEW, TTL};
+use crate::test_support::{instance, next_transition, settle, Captured, G, MARGIN, RENEW, TTL};
 
 #[tokio::test(start_paused = true)]
 async fn first_call_waits_for_the_first_round_and_wins() {
@@ -472,21 +472,6 @@ async fn cancel_on_loss_stops_the_body() {
     assert_eq!(out, None);
     advance(Duration::from_millis(1)).await;
     assert!(!a.is_leader(G));
-}
-
-/// What a `tracing` subscriber writes, kept for a test to read.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
 }
 
 #[test]

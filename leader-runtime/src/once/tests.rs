@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio::time::{sleep, Instant};
 
-use crate::test_support::{instance, settle, RENEW, TTL};
+use crate::test_support::{instance, settle, Captured, RENEW, TTL};
 use crate::{current_lease, Error, MemoryBackend, Once, OnceRecord, Runtime};
 
 const NAME: &str = "migrate-2026-12";
@@ -150,10 +150,11 @@ async fn a_failing_body_is_retried_up_to_the_limit_then_everyone_learns_it_faile
                 },
             ) => {
                 assert!(
-                    source.to_string().contains("s3cret"),
+                    source.get_ref().to_string().contains("s3cret"),
                     "the caller's own error"
                 );
                 assert!(!e.to_string().contains("s3cret"), "{e}");
+                assert!(!format!("{e:?}").contains("s3cret"), "{e:?}");
                 Some(*attempt)
             }
             _ => None,
@@ -250,18 +251,35 @@ async fn a_runner_that_lost_its_lease_cannot_record_and_a_waiter_finishes_under_
         }
     });
     let first_token = is_started.await.unwrap();
-    let runs = Arc::new(AtomicU32::new(0));
+    let (b_started, b_is_started) = oneshot::channel();
+    let (b_finish, b_may_finish) = oneshot::channel::<()>();
     let waiter = tokio::spawn({
-        let (b, body) = (b.clone(), counting(&runs, Duration::ZERO));
-        async move { b.once(NAME, body).await }
+        let b = b.clone();
+        async move {
+            b.once(NAME, || async move {
+                let _ = b_started.send(current_lease().unwrap().token());
+                let _ = b_may_finish.await;
+                Ok::<_, std::io::Error>("b's summary")
+            })
+            .await
+        }
     });
     settle().await;
     // a's lease vanishes (a partition, an eviction): a's next renewal (within
     // RENEW) ends its view, while its body still runs.
     mem.lose_lease("leader", "once:migrate-2026-12");
     let lost = Instant::now();
-    sleep(RENEW + Duration::from_millis(1)).await;
+    // b takes the lease once a's view has certainly ended (the safe start of
+    // a lease key gone early: at most one TTL), while a's body still runs:
+    // a's own election, out of the race since its attempt began, does not
+    // take it back.
+    let second_token = tokio::time::timeout(TTL + Duration::from_millis(10), b_is_started)
+        .await
+        .expect("b runs the body within one ttl of the loss")
+        .unwrap();
+    assert!(second_token > first_token);
     assert!(!a.is_leader("once:migrate-2026-12"));
+    assert!(!runner.is_finished());
     // a's body finishes after that: its success cannot be recorded.
     finish.send(()).unwrap();
     let late = runner.await.unwrap();
@@ -269,17 +287,179 @@ async fn a_runner_that_lost_its_lease_cannot_record_and_a_waiter_finishes_under_
         matches!(late, Err(Error::OnceUnrecorded { token, .. }) if token == first_token),
         "{late:?}"
     );
-    // b runs it under a greater token. (a's election may have won the lease
-    // again first; a then left the race, and its hand-over waited for a's
-    // body: at most RENEW + TTL in all.)
+    b_finish.send(()).unwrap();
     let done = waiter.await.unwrap().unwrap();
-    assert!(lost.elapsed() <= RENEW + TTL, "{:?}", lost.elapsed());
+    assert!(
+        lost.elapsed() <= TTL + Duration::from_millis(10),
+        "{:?}",
+        lost.elapsed()
+    );
     assert!(done.ran_here);
-    assert!(done.token > first_token);
+    assert_eq!(
+        (done.token, done.summary.as_str()),
+        (second_token, "b's summary")
+    );
     assert_eq!((done.instance_id.as_str(), done.attempts), ("b", 2));
     let status = a.once_status(NAME).await.unwrap();
     assert_eq!(status.done.unwrap().token, done.token);
-    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_success_recorded_but_whose_reply_was_lost_with_the_lease_is_still_the_runners() {
+    let mem = MemoryBackend::new();
+    let a = instance(&mem, "a");
+    let (started, is_started) = oneshot::channel();
+    let (finish, may_finish) = oneshot::channel::<()>();
+    let runner = tokio::spawn({
+        let a = a.clone();
+        async move {
+            a.once(NAME, || async move {
+                let _ = started.send(current_lease().unwrap().token());
+                let _ = may_finish.await;
+                Ok::<_, std::io::Error>("a's summary")
+            })
+            .await
+        }
+    });
+    let token = is_started.await.unwrap();
+    // From now on every step applies, but its reply is lost.
+    mem.lose_once_replies(true);
+    finish.send(()).unwrap();
+    settle().await;
+    let status = a.once_status(NAME).await.unwrap();
+    assert_eq!(status.done.map(|d| d.token), Some(token), "recorded");
+    assert!(!runner.is_finished(), "retries while the lease is valid");
+    // Then the lease is lost too: the runner's view ends with no reply.
+    mem.lose_lease("leader", "once:migrate-2026-12");
+    let done = tokio::time::timeout(RENEW * 2, runner)
+        .await
+        .expect("the runner ends with its view")
+        .unwrap()
+        .unwrap();
+    assert!(done.ran_here);
+    assert_eq!((done.token, done.summary.as_str()), (token, "a's summary"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_begin_and_a_failure_retried_after_lost_replies_count_once() {
+    let mem = MemoryBackend::new();
+    let a = instance(&mem, "a");
+    let (started, is_started) = oneshot::channel();
+    let (fail, may_fail) = oneshot::channel::<()>();
+    mem.lose_once_replies(true);
+    let call = tokio::spawn({
+        let a = a.clone();
+        async move {
+            Once::new(NAME)
+                .attempts(1)
+                .run_on(&a, || async move {
+                    let _ = started.send(());
+                    let _ = may_fail.await;
+                    Err::<String, _>("boom")
+                })
+                .await
+        }
+    });
+    // The begin applied, its reply lost, and it was tried again meanwhile.
+    sleep(Duration::from_secs(3)).await;
+    assert_eq!(a.once_status(NAME).await.unwrap().attempts, 1);
+    mem.lose_once_replies(false);
+    is_started.await.unwrap();
+    // The failure's record: applied, its reply lost, tried again.
+    mem.lose_once_replies(true);
+    fail.send(()).unwrap();
+    sleep(Duration::from_secs(1)).await;
+    mem.lose_once_replies(false);
+    let failed = call.await.unwrap();
+    assert!(
+        matches!(failed, Err(Error::OnceBody { attempt: 1, .. })),
+        "{failed:?}"
+    );
+    let status = a.once_status(NAME).await.unwrap();
+    assert_eq!((status.attempts, status.failures), (1, 1));
+    assert_eq!(status.last_error.as_deref(), Some("boom"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn crashed_attempts_alone_use_up_the_limit_and_a_later_caller_reads_it() {
+    let mem = MemoryBackend::new();
+    let a = instance(&mem, "a");
+    for _ in 0..2 {
+        let (started, is_started) = oneshot::channel();
+        let call = tokio::spawn({
+            let a = a.clone();
+            async move {
+                Once::new(NAME)
+                    .attempts(2)
+                    .run_on(&a, || async move {
+                        let _ = started.send(());
+                        std::future::pending::<Result<String, std::io::Error>>().await
+                    })
+                    .await
+            }
+        });
+        is_started.await.unwrap();
+        call.abort(); // a crash: nothing recorded but the attempt
+        let _ = call.await;
+    }
+    let status = a.once_status(NAME).await.unwrap();
+    assert_eq!((status.attempts, status.failures), (2, 0));
+    // Another instance's call learns it from its first read: no election.
+    let b = instance(&mem, "b");
+    let mut events = b.subscribe();
+    let runs = Arc::new(AtomicU32::new(0));
+    let late = Once::new(NAME)
+        .attempts(2)
+        .run_on(&b, counting(&runs, Duration::ZERO))
+        .await;
+    let Err(Error::OnceFailed {
+        attempts: 2,
+        last_error,
+        ..
+    }) = &late
+    else {
+        panic!("{late:?}")
+    };
+    assert!(
+        last_error.contains("ended without a result"),
+        "{last_error}"
+    );
+    assert!(events.try_recv().is_err(), "b campaigned for nothing");
+    assert_eq!(runs.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_reset_is_refused_while_an_attempt_runs() {
+    let mem = MemoryBackend::new();
+    let (a, b) = (instance(&mem, "a"), instance(&mem, "b"));
+    let (started, is_started) = oneshot::channel();
+    let (finish, may_finish) = oneshot::channel::<()>();
+    let runner = tokio::spawn({
+        let a = a.clone();
+        async move {
+            a.once(NAME, || async move {
+                let _ = started.send(());
+                let _ = may_finish.await;
+                Err::<String, _>("boom")
+            })
+            .await
+        }
+    });
+    is_started.await.unwrap();
+    let busy = b.reset_once(NAME).await;
+    assert!(matches!(busy, Err(Error::OnceBusy { .. })), "{busy:?}");
+    assert_eq!(
+        b.once_status(NAME).await.unwrap().attempts,
+        1,
+        "still counted"
+    );
+    finish.send(()).unwrap();
+    assert!(runner.await.unwrap().is_err());
+    let reset = b.reset_once(NAME).await.unwrap();
+    assert_eq!(
+        (reset.attempts, reset.failures, reset.last_error),
+        (0, 0, None)
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -398,4 +578,47 @@ async fn long_summaries_are_cut_and_the_backend_outage_is_waited_out() {
     let done = call.await.unwrap().unwrap();
     assert_eq!(done.summary.len(), 1024);
     assert!(done.ran_here);
+}
+
+#[test]
+fn backend_errors_in_a_burst_are_logged_at_warn_once() {
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::DEBUG)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    tracing::subscriber::with_default(subscriber, || {
+        let tokio = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        tokio.block_on(async {
+            let mem = MemoryBackend::new();
+            let a = instance(&mem, "a");
+            // Every start of an attempt fails (its reply lost), and is
+            // tried again every retry_interval.
+            mem.lose_once_replies(true);
+            let call = tokio::spawn({
+                let a = a.clone();
+                async move {
+                    a.once(NAME, || async { Ok::<_, std::io::Error>("ok") })
+                        .await
+                }
+            });
+            sleep(Duration::from_secs(5)).await;
+            mem.lose_once_replies(false);
+            assert!(call.await.unwrap().unwrap().ran_here);
+        });
+    });
+    let text = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let count = |level: &str| {
+        text.lines()
+            .filter(|l| l.contains(level) && l.contains("once: starting an attempt failed"))
+            .count()
+    };
+    assert_eq!(count("WARN"), 1, "{text}");
+    assert!(count("DEBUG") >= 5, "{text}");
 }

@@ -1,6 +1,8 @@
 //! The rules of `once.lua`, in memory.
 
 use std::collections::HashMap;
+#[cfg(test)]
+use std::sync::atomic::Ordering;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::super::once::{Done, Holder, OnceKeys, Step, Stored, Verdict};
@@ -82,30 +84,69 @@ impl MemoryBackend {
                 }
             }
         };
-        Ok((verdict, entry.stored.clone()))
+        let answer = (verdict, entry.stored.clone());
+        #[cfg(test)]
+        if self.inner.lose_once_replies.load(Ordering::SeqCst) {
+            return Err(crate::Error::backend(
+                holder.group,
+                "the reply was lost (simulated)",
+            ));
+        }
+        Ok(answer)
     }
 
-    pub(in crate::backend) fn once_read(&self, group: &str, keys: &OnceKeys) -> Result<Stored> {
+    /// Tests: from now on (`true`), each run-once step applies, but its
+    /// reply is lost (the caller gets an error), as a connection that fails
+    /// after sending a request could. Reads and resets are not affected.
+    #[cfg(test)]
+    pub(crate) fn lose_once_replies(&self, lose: bool) {
+        self.inner.lose_once_replies.store(lose, Ordering::SeqCst);
+    }
+
+    pub(in crate::backend) fn once_read(
+        &self,
+        group: &str,
+        keys: &OnceKeys,
+    ) -> Result<(Verdict, Stored)> {
         self.check_available(group)?;
-        let state = self.state();
-        Ok(state
+        let mut state = self.state();
+        let held = Self::live(&mut state, &keys.group.lease).is_some();
+        let stored = state
             .data
             .once
             .0
             .get(&keys.result)
             .map(|e| e.stored.clone())
-            .unwrap_or_default())
+            .unwrap_or_default();
+        let verdict = if stored.done.is_some() {
+            Verdict::Done
+        } else if held {
+            Verdict::Held
+        } else {
+            Verdict::Open
+        };
+        Ok((verdict, stored))
     }
 
-    pub(in crate::backend) fn once_reset(&self, group: &str, keys: &OnceKeys) -> Result<Stored> {
+    pub(in crate::backend) fn once_reset(
+        &self,
+        group: &str,
+        keys: &OnceKeys,
+    ) -> Result<(Verdict, Stored)> {
         self.check_available(group)?;
         let mut state = self.state();
+        let held = Self::live(&mut state, &keys.group.lease).is_some();
         let entry = state.data.once.0.entry(keys.result.clone()).or_default();
-        if entry.stored.done.is_none() {
+        let verdict = if entry.stored.done.is_some() {
+            Verdict::Done
+        } else if held {
+            Verdict::Busy
+        } else {
             entry.stored.attempts = 0;
             entry.stored.failures = 0;
             entry.stored.error.clear();
-        }
-        Ok(entry.stored.clone())
+            Verdict::Open
+        };
+        Ok((verdict, entry.stored.clone()))
     }
 }

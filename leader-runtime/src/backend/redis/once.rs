@@ -1,4 +1,4 @@
-//! The run-once operations on Redis: `once.lua`, and `HMGET` to read.
+//! The run-once operations on Redis: `once.lua`.
 
 use std::sync::OnceLock;
 
@@ -17,18 +17,6 @@ fn script() -> &'static Script {
         ))
     })
 }
-
-/// The fields of the result hash, in the order `once.lua` returns them
-/// after its verdict.
-const FIELDS: [&str; 7] = [
-    "attempts",
-    "failures",
-    "error",
-    "done_token",
-    "done_by",
-    "done_at",
-    "summary",
-];
 
 impl RedisBackend {
     pub(in crate::backend) async fn once_step(
@@ -58,13 +46,26 @@ impl RedisBackend {
         &self,
         group: &str,
         keys: &OnceKeys,
-    ) -> Result<Stored> {
+    ) -> Result<(Verdict, Stored)> {
+        self.once_ask(group, keys, "reset").await
+    }
+
+    pub(in crate::backend) async fn once_read(
+        &self,
+        group: &str,
+        keys: &OnceKeys,
+    ) -> Result<(Verdict, Stored)> {
+        self.once_ask(group, keys, "read").await
+    }
+
+    /// `op` (`read` or `reset`: no lease needed) on the name's keys.
+    async fn once_ask(&self, group: &str, keys: &OnceKeys, op: &str) -> Result<(Verdict, Stored)> {
         let mut inv = script().prepare_invoke();
         inv.key(&keys.group.lease)
             .key(&keys.group.record)
             .key(&keys.result)
-            .arg("reset");
-        Ok(self.invoke_once(group, &inv).await?.1)
+            .arg(op);
+        self.invoke_once(group, &inv).await
     }
 
     async fn invoke_once(
@@ -86,26 +87,11 @@ impl RedisBackend {
         let verdict = Verdict::from_script(verdict).ok_or_else(bad)?;
         Ok((verdict, parse(fields).ok_or_else(bad)?))
     }
-
-    pub(in crate::backend) async fn once_read(
-        &self,
-        group: &str,
-        keys: &OnceKeys,
-    ) -> Result<Stored> {
-        let reply: Value = redis::cmd("HMGET")
-            .arg(&keys.result)
-            .arg(&FIELDS[..])
-            .query_async(&mut self.conn.clone())
-            .await
-            .map_err(|e| backend_err(group, &e))?;
-        let Value::Array(fields) = &reply else {
-            return Err(protocol_err(group, "HMGET", &reply));
-        };
-        parse(fields).ok_or_else(|| protocol_err(group, "HMGET", &reply))
-    }
 }
 
-/// The seven fields of [`FIELDS`]: strings, or nil (`HMGET`) for absent.
+/// The seven fields `once.lua` returns after its verdict (attempts,
+/// failures, error, done_token, done_by, done_at, summary): strings, ''
+/// (or nil) for absent.
 fn parse(fields: &[Value]) -> Option<Stored> {
     let strings: Vec<String> = fields
         .iter()
