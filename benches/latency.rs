@@ -100,6 +100,8 @@ fn main() {
                 ttl,
                 renew,
                 print_renewals: true,
+                print_elected: false,
+                unbatched: false,
             }
         };
         let mut fleet = Vec::new();

@@ -94,6 +94,9 @@ pub struct Config {
     pub(crate) retry_interval: Duration,
     pub(crate) call_timeout: Duration,
     pub(crate) drift_margin: Duration,
+    /// Send each follower attempt alone, as before attempts were batched
+    /// (the load bench's baseline).
+    pub(crate) unbatched_attempts: bool,
     pub(crate) instance_id: String,
     pub(crate) key_prefix: String,
     pub(crate) on_elected: Option<ElectedCallback>,
@@ -295,6 +298,7 @@ pub struct ConfigBuilder {
     retry_interval: Option<Duration>,
     call_timeout: Option<Duration>,
     drift_margin: Option<Duration>,
+    unbatched_attempts: bool,
     instance_id: Option<String>,
     key_prefix: Option<String>,
     on_elected: Option<ElectedCallback>,
@@ -681,6 +685,15 @@ impl ConfigBuilder {
         self
     }
 
+    /// Send each follower acquire attempt alone and unaligned, as releases
+    /// before follower batching did: only for measuring what the batching
+    /// saves (the load bench's baseline). Not part of the stable API.
+    #[doc(hidden)]
+    pub fn unbatched_follower_attempts(mut self) -> Self {
+        self.unbatched_attempts = true;
+        self
+    }
+
     /// This instance's id in the lease (default `hostname:pid:random`).
     /// Must be unique in the fleet: two instances with one id share a lease.
     ///
@@ -874,6 +887,7 @@ impl ConfigBuilder {
             retry_interval,
             call_timeout,
             drift_margin,
+            unbatched_attempts: self.unbatched_attempts,
             instance_id,
             key_prefix,
             on_elected: self.on_elected,

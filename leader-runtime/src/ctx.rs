@@ -9,7 +9,7 @@ use std::sync::Arc;
 use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
 
-use crate::backend::{Backend, NoticeSink, RedisBackend};
+use crate::backend::{AttemptBatcher, Backend, NoticeSink, RedisBackend};
 use crate::config::{BackendConfig, Config};
 use crate::events::{Event, LostReason};
 use crate::lease::Lease;
@@ -19,6 +19,8 @@ use crate::Result;
 /// What every election of one runtime shares.
 pub(crate) struct Ctx {
     pub(crate) backend: Backend,
+    /// The followers' acquire attempts, batched (see `backend/batch.rs`).
+    pub(crate) attempts: AttemptBatcher,
     pub(crate) config: Config,
     pub(crate) events: broadcast::Sender<Event>,
     pub(crate) callbacks: mpsc::UnboundedSender<Callback>,
@@ -51,6 +53,7 @@ impl Ctx {
             spawn_callback_thread(config.clone(), callback_rx);
         }
         Ok(Self {
+            attempts: AttemptBatcher::new(backend.clone(), !config.unbatched_attempts),
             backend,
             release_channel: release_channel(&config.key_prefix),
             config,

@@ -15,7 +15,7 @@ use crate::events::{Event, LostReason};
 use crate::group::{Command, Group, MailboxRx};
 use crate::lease::{Lease, Tenure};
 use crate::names::GroupKeys;
-use crate::{jitter, metrics, Error, Result};
+use crate::{metrics, Error, Result};
 
 /// The acquisition that starts a leadership.
 struct Won {
@@ -34,9 +34,6 @@ enum Flow {
     Campaign,
     Stop,
 }
-
-/// Most followers waking at one expiry spread over this much.
-const EXPIRY_JITTER: Duration = Duration::from_millis(5);
 
 pub(crate) async fn run(group: Arc<Group>, ctx: Arc<Ctx>, commands: MailboxRx) {
     let keys = GroupKeys::new(&ctx.config.key_prefix, &group.name);
@@ -118,15 +115,22 @@ impl Election {
             self.group.counters.acquire_attempt();
             metrics::acquire_attempt(&self.group.name);
             let ttl = self.ctx.config.ttl;
+            // Batched with the attempts of this runtime's other groups due
+            // at the same instant (one script call per hash slot).
             let result = self
                 .call(
                     self.ctx.config.call_timeout,
-                    self.ctx.backend.acquire(&self.op(), ttl),
+                    self.ctx.attempts.acquire(
+                        &self.group.name,
+                        &self.keys,
+                        &self.ctx.config.instance_id,
+                        ttl,
+                    ),
                 )
                 .await;
-            let wait = match result {
+            let received = Instant::now();
+            let next = match result {
                 Ok(Acquire::Won { token, wait, why }) => {
-                    let received = Instant::now();
                     self.recovered();
                     self.group
                         .observed
@@ -145,19 +149,22 @@ impl Election {
                     tracing::trace!(%holder, ?pttl, "lease held by another instance");
                     let notices_up = self.ctx.notices_up.load(Ordering::SeqCst);
                     match pttl {
-                        // Try again right when it expires; a release notice wakes us sooner.
-                        Some(pttl) if notices_up => pttl + jitter::up_to(EXPIRY_JITTER),
-                        Some(pttl) => pttl.min(retry) + jitter::up_to(EXPIRY_JITTER),
-                        None => retry,
+                        // Try again right when it expires (it cannot expire
+                        // sooner); a release notice wakes us sooner.
+                        Some(pttl) if notices_up => received + pttl,
+                        Some(pttl) => received + pttl.min(retry),
+                        None => received + retry,
                     }
                 }
                 Err(e) => {
                     self.failed("acquire", &e);
-                    retry
+                    received + retry
                 }
             };
+            // On the attempt grid: the groups due together go as one call.
+            let wait_until = self.ctx.attempts.follow_at(next);
             self.group.control.mark_first_round();
-            if !self.wait(Instant::now() + wait).await {
+            if !self.wait(wait_until).await {
                 return None;
             }
         }
@@ -505,3 +512,6 @@ mod inside_body_tests;
 
 #[cfg(test)]
 mod bounds_tests;
+
+#[cfg(test)]
+mod batch_tests;

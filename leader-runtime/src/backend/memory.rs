@@ -1,7 +1,7 @@
 //! The in-memory backend: the lease protocol inside one process, on tokio's clock.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -54,6 +54,9 @@ struct Inner {
     state: Mutex<State>,
     available: AtomicBool,
     notices: broadcast::Sender<(String, String)>,
+    /// Acquire calls served (a batch counts once), as a server would count
+    /// script calls.
+    acquire_calls: AtomicU64,
 }
 
 #[derive(Debug, Default)]
@@ -129,6 +132,7 @@ impl MemoryBackend {
                 state: Mutex::new(State::default()),
                 available: AtomicBool::new(true),
                 notices,
+                acquire_calls: AtomicU64::new(0),
             }),
         }
     }
@@ -362,7 +366,27 @@ impl MemoryBackend {
         leases.get(key)
     }
 
-    pub(super) fn acquire(&self, op: &Op<'_>, ttl: Duration) -> Result<Acquire> {
+    /// How many acquire calls this store served (a batch counts once).
+    #[cfg(test)]
+    pub(crate) fn acquire_calls(&self) -> u64 {
+        self.inner.acquire_calls.load(Ordering::SeqCst)
+    }
+
+    /// The attempts of `groups` for `id`, as one call.
+    pub(super) fn acquire_many(
+        &self,
+        id: &str,
+        ttl: Duration,
+        groups: &[(&str, &GroupKeys)],
+    ) -> Vec<Result<Acquire>> {
+        self.inner.acquire_calls.fetch_add(1, Ordering::SeqCst);
+        groups
+            .iter()
+            .map(|&(group, keys)| self.acquire_one(&Op { group, keys, id }, ttl))
+            .collect()
+    }
+
+    fn acquire_one(&self, op: &Op<'_>, ttl: Duration) -> Result<Acquire> {
         self.check_available(op.group)?;
         let mut state = self.state();
         let reclaim = match Self::live(&mut state, &op.keys.lease) {

@@ -378,6 +378,8 @@ pub(crate) struct RedisBackend {
     /// Where the release-notice subscription connects.
     notices: NoticeSource,
     scripts: Arc<Scripts>,
+    /// Redis Cluster: a call's keys must share one hash slot.
+    cluster: bool,
     min_replicas: u32,
     /// How long `WAIT` may block (half the call timeout).
     wait_timeout: Duration,
@@ -393,6 +395,7 @@ pub(crate) struct RedisBackend {
 /// restarted (script cache emptied) server needs.
 struct Scripts {
     acquire: Script,
+    acquire_many: Script,
     release: Script,
 }
 
@@ -451,11 +454,16 @@ impl RedisBackend {
                     include_str!("record.lua"),
                     include_str!("acquire.lua")
                 )),
+                acquire_many: Script::new(concat!(
+                    include_str!("record.lua"),
+                    include_str!("acquire_many.lua")
+                )),
                 release: Script::new(concat!(
                     include_str!("record.lua"),
                     include_str!("release.lua")
                 )),
             }),
+            cluster: config.cluster,
             min_replicas: config.options.min_replicas,
             wait_timeout: (call_timeout / 2).max(Duration::from_millis(1)),
             call_timeout,
@@ -478,6 +486,58 @@ impl RedisBackend {
             .await
             .map_err(|e| backend_err(op.group, &e))?;
         parse_acquire(op.group, reply)
+    }
+
+    pub(super) fn is_cluster(&self) -> bool {
+        self.cluster
+    }
+
+    /// The attempts of `groups` for `id`: one `acquire_many.lua` call (one
+    /// `acquire.lua` call for a single group). With `min_replicas`, each
+    /// group's acquire is confirmed on its own (`WAIT` covers a connection's
+    /// writes, and an unconfirmed wait is remembered per group).
+    pub(super) async fn acquire_many(
+        &self,
+        id: &str,
+        ttl: Duration,
+        groups: &[(&str, &GroupKeys)],
+    ) -> Vec<Result<Acquire>> {
+        if self.min_replicas > 0 || groups.len() == 1 {
+            let each = groups.iter().map(|&(group, keys)| async move {
+                self.acquire(&Op { group, keys, id }, ttl).await
+            });
+            return futures_util::future::join_all(each).await;
+        }
+        let mut call = self.scripts.acquire_many.prepare_invoke();
+        for (_, keys) in groups {
+            call.key(&keys.lease).key(&keys.record);
+        }
+        call.arg(id).arg(millis(ttl));
+        let reply: redis::RedisResult<Value> = call.invoke_async(&mut self.conn.clone()).await;
+        let items = match reply {
+            Ok(Value::Array(items)) if items.len() == groups.len() => items,
+            Ok(other) => {
+                return groups
+                    .iter()
+                    .map(|(group, _)| Err(protocol_err(group, "acquire_many", &other)))
+                    .collect()
+            }
+            Err(e) => {
+                return groups
+                    .iter()
+                    .map(|(group, _)| Err(backend_err(group, &e)))
+                    .collect()
+            }
+        };
+        groups
+            .iter()
+            .zip(items)
+            .map(|(&(group, _), item)| match item {
+                // That group's own error (the script reports it as a string).
+                Value::BulkString(e) => Err(Error::backend(group, String::from_utf8_lossy(&e))),
+                reply => parse_acquire(group, reply),
+            })
+            .collect()
     }
 
     /// Acquire, then `WAIT` for `min_replicas` replicas, pipelined on one
