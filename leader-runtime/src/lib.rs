@@ -346,9 +346,12 @@
 //!   timed-out renew is retried quickly (every `renew_interval / 10`,
 //!   5–200 ms) while the view is valid;
 //! - a follower whose acquire found a holder sleeps until that lease's `PTTL`
-//!   runs out (moved onto a 10 ms grid, plus up to 5 ms that each instance
-//!   draws per grid step), or less when a release notice arrives on the
-//!   pub/sub channel; `retry_interval` paces retries only when that knowledge
+//!   runs out, or less when a release notice arrives on the pub/sub channel:
+//!   while the expiry is far, until up to 250 ms before it (on a 250 ms
+//!   wall-clock grid: a live leader has renewed by then, and the attempts of
+//!   leases renewed about together fall due together); when it is near,
+//!   until just after it (on a 10 ms grid); plus up to 5 ms that each
+//!   instance draws per grid step; `retry_interval` paces retries only when that knowledge
 //!   is missing (after an error, or while the notice connection is down).
 //!   So crash failover takes about `ttl` (at most 15 ms more), and a
 //!   graceful handover one round trip;

@@ -8,8 +8,8 @@
 //! multiplexed connection: 10,000 leaders cost about twenty commands per
 //! tick, not 10,000 round trips.
 //!
-//! Followers do the same ([`AttemptBatcher`]): an attempt waits for the lease's
-//! expiry moved onto a fine grid ([`AttemptBatcher::follow_at`]), so the
+//! Followers do the same ([`AttemptBatcher`]): an attempt waits for the
+//! lease's expiry moved onto a grid ([`AttemptBatcher::follow_at`]), so the
 //! attempts of the groups whose leases expire together (renewed together)
 //! are due together, and go as one `acquire_many.lua` call per chunk. A
 //! follower's load then grows with its hash slots and the leaders' renew
@@ -40,6 +40,10 @@ const MAX_GRID: Duration = Duration::from_millis(250);
 /// Follower attempts are due on a grid this fine: the attempts of leases
 /// that expire within one step go together.
 pub(crate) const ATTEMPT_STEP: Duration = Duration::from_millis(10);
+
+/// Attempts at leases that expire further ahead than one step of this are
+/// made early, on this coarser grid (see [`AttemptBatcher::follow_at`]).
+pub(crate) const EARLY_STEP: Duration = Duration::from_millis(250);
 
 /// Each instance moves its attempts of one step by up to this much more (the
 /// same for all its groups in that step), so that the followers of one lease
@@ -333,17 +337,29 @@ impl AttemptBatcher {
     }
 
     /// When to try a lease that expires at `expiry` (or to retry at
-    /// `expiry`): moved forward onto the grid of [`ATTEMPT_STEP`], then by
-    /// this instance's spread for that step (less than [`ATTEMPT_SPREAD`],
-    /// the same for every group). Never before `expiry`; at most
-    /// `ATTEMPT_STEP + ATTEMPT_SPREAD` after it.
+    /// `expiry`). Far ahead: early, at `expiry` moved back onto the coarse
+    /// grid of [`EARLY_STEP`] — a live leader has renewed the lease since
+    /// (it renews more than `EARLY_STEP` before its lease ends), so the
+    /// attempt learns the new expiry just as well, and the attempts of leases
+    /// renewed at nearby instants (by different calls, leaders, instances)
+    /// fall due together. Close (an early attempt found the lease still
+    /// there: its holder stopped renewing): at `expiry` moved forward onto
+    /// the grid of [`ATTEMPT_STEP`]. Either then moved by this instance's
+    /// spread for that step (less than [`ATTEMPT_SPREAD`], the same for every
+    /// group). So a lease that ends is tried at most `ATTEMPT_STEP +
+    /// ATTEMPT_SPREAD` after it ends.
     pub(crate) fn follow_at(&self, expiry: Instant) -> Instant {
         let spread_ms = ATTEMPT_SPREAD.as_millis() as u32;
         if !self.batched {
             let ms = crate::jitter::random_u32() % (spread_ms + 1);
             return expiry + Duration::from_millis(u64::from(ms));
         }
-        let on_grid = self.grid.ceil(expiry, ATTEMPT_STEP);
+        let early = self.grid.floor(expiry, EARLY_STEP);
+        let on_grid = if early >= Instant::now() + EARLY_STEP {
+            early
+        } else {
+            self.grid.ceil(expiry, ATTEMPT_STEP)
+        };
         let step = self.grid.past(on_grid, u128::MAX) / ATTEMPT_STEP.as_nanos();
         let spread = self.spread.hash_one(step) % u64::from(spread_ms.max(1));
         on_grid + Duration::from_millis(spread)
