@@ -359,28 +359,28 @@ async fn redis_cpu(server: &RedisServer) -> f64 {
 }
 
 /// Script calls per second that the model predicts for one Redis (see
-/// BENCHMARKS.md): `instances` processes following `groups` groups that one
-/// of them leads, renewing every `renew`, with leases of `ttl`; `phases`:
-/// distinct renew instants per renew interval of the leader's groups, `slots`:
-/// hash slots per call (1 on one server).
+/// BENCHMARKS.md), as (low, high): `instances` processes following `groups`
+/// groups that one of them leads, renewing every `renew`, with leases of
+/// `ttl`; `slots`: hash slots the groups' keys fall in (1 on one server).
+/// Every call carries at most 500 groups of one slot. The leader renews its
+/// groups once per `renew`; a follower asks for each group once per
+/// `ttl - renew` (its early attempt lands before the leader's renewal due at
+/// the same grid instant) to `ttl` (after it).
 fn model(
     instances: usize,
     groups: usize,
     slots: usize,
-    phases: usize,
     ttl: Duration,
     renew: Duration,
-) -> f64 {
+) -> (f64, f64) {
     const PER_CALL: usize = 500;
-    let chunks = |n: usize| (slots * phases).max(n.div_ceil(PER_CALL));
-    let leader = chunks(groups) as f64 / renew.as_secs_f64();
-    // A follower asks for a group once per lease expiry, which a renewal
-    // pushes back by a whole number of renew intervals: `ttl` rounded down
-    // to one (the attempt lands just after the leader renewed at the same
-    // grid instant).
-    let period = renew.as_secs_f64() * (ttl.as_secs_f64() / renew.as_secs_f64()).floor();
-    let follower = chunks(groups) as f64 / period;
-    leader + (instances - 1) as f64 * follower
+    let chunks = slots.max(groups.div_ceil(PER_CALL)) as f64;
+    let leader = chunks / renew.as_secs_f64();
+    let followers = (instances - 1) as f64 * chunks;
+    (
+        leader + followers / ttl.as_secs_f64(),
+        leader + followers / (ttl - renew).as_secs_f64(),
+    )
 }
 
 async fn scale(args: &[String]) {
@@ -446,9 +446,9 @@ async fn scale(args: &[String]) {
             .filter_map(|c| commands.get(*c))
             .sum();
         let cpu = (cpu1 - cpu0) / window * 100.0;
-        let predicted = model(instances, groups, 1, 1, ttl, renew);
+        let (low, high) = model(instances, groups, 1, ttl, renew);
         println!(
-            "{mode}: {calls} script calls in {window:.1} s = {:.1}/s (model, batched: {predicted:.1}/s; target <= 50); \
+            "{mode}: {calls} script calls in {window:.1} s = {:.1}/s (model, batched: {low:.1} to {high:.1}/s; target <= 50); \
              Redis CPU {cpu:.2}% of one core (target < 10%)",
             calls as f64 / window
         );

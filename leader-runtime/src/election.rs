@@ -10,6 +10,7 @@ use std::time::Duration;
 use tokio::time::{sleep_until, Instant};
 
 use crate::backend::{self, Acquire, Op, Renew, SafeStart};
+use crate::balance::SHARE_GRACE;
 use crate::ctx::{Callback, Ctx};
 use crate::events::{Event, LostReason};
 use crate::group::{Command, Group, MailboxRx};
@@ -44,6 +45,8 @@ pub(crate) async fn run(group: Arc<Group>, ctx: Arc<Ctx>, commands: MailboxRx) {
         commands,
         failing: false,
         cooldown_until: None,
+        noticed: false,
+        shed: false,
     };
     let span = tracing::info_span!("election", group = %election.group.name, instance = %election.ctx.config.instance_id);
     let _ = tracing::Instrument::instrument(election.run(), span).await;
@@ -58,18 +61,36 @@ struct Election {
     failing: bool,
     /// After a step-down: stay out of the race until then (or a release notice).
     cooldown_until: Option<Instant>,
+    /// The last wait ended with a release notice.
+    noticed: bool,
+    /// The leadership that just ended was handed over for the balance.
+    shed: bool,
 }
 
 impl Election {
     async fn run(&mut self) {
+        let balance = self.ctx.balance.clone();
+        if let Some(b) = &balance {
+            b.campaigning(true);
+        }
         loop {
             let Some(won) = self.follow().await else {
                 self.group.control.mark_first_round();
-                return;
+                break;
             };
-            if let Flow::Stop = self.lead(won).await {
-                return;
+            if let Some(b) = &balance {
+                b.won();
             }
+            let flow = self.lead(won).await;
+            if let Some(b) = &balance {
+                b.ended(std::mem::take(&mut self.shed));
+            }
+            if let Flow::Stop = flow {
+                break;
+            }
+        }
+        if let Some(b) = &balance {
+            b.campaigning(false);
         }
     }
 
@@ -110,6 +131,16 @@ impl Election {
                     return None;
                 }
                 continue;
+            }
+            if std::mem::take(&mut self.noticed)
+                && self.ctx.balance.as_ref().is_some_and(|b| b.at_share())
+            {
+                // Balanced: at our share already, let an instance below its
+                // share take the released lease first.
+                if !self.wait(Instant::now() + SHARE_GRACE).await {
+                    return None;
+                }
+                self.noticed = false;
             }
             let sent = Instant::now();
             self.group.counters.acquire_attempt();
@@ -184,7 +215,10 @@ impl Election {
                     // Re-enter the loop: it checks the new eligibility.
                     Command::SetEligible(_, reply) => { let _ = reply.send(Ok(())); return true; }
                 },
-                _ = self.group.control.released.notified() => return true,
+                _ = self.group.control.released.notified() => {
+                    self.noticed = true;
+                    return true;
+                }
                 _ = sleep_until(deadline) => return true,
             }
         }
@@ -292,6 +326,12 @@ impl Election {
                 // The backend reconnected (Redis may have restarted empty),
                 // or a stray release notice: renew now. Early is always safe.
                 _ = self.group.control.released.notified() => next_renew = Instant::now(),
+                // Balanced: a new membership round; over our share, hand over.
+                _ = balance_round(&self.ctx) => {
+                    if self.ctx.balance.as_ref().is_some_and(|b| b.try_shed()) {
+                        return self.shed(won.token, tenure, valid_until).await;
+                    }
+                }
                 _ = sleep_until(wake) => {}
             }
             let now = Instant::now();
@@ -362,6 +402,24 @@ impl Election {
                 }
             }
         }
+    }
+
+    /// Hand over for the balance, as a step-down does (drain, end the view,
+    /// release, then stay out of the race for one ttl or until a release).
+    async fn shed(
+        &mut self,
+        token: u64,
+        tenure: Option<Arc<Tenure>>,
+        valid_until: Instant,
+    ) -> Flow {
+        tracing::info!("leading more than this instance's share: handing over");
+        self.shed = true;
+        let _ = self
+            .hand_over(token, tenure, valid_until, LostReason::SteppedDown)
+            .await;
+        self.cooldown_until = Some(Instant::now() + self.ctx.config.ttl);
+        let _ = futures_util::FutureExt::now_or_never(self.group.control.released.notified());
+        Flow::Campaign
     }
 
     /// Publish a new leadership.
@@ -498,6 +556,14 @@ impl Election {
     }
 }
 
+/// The next membership round of a balanced runtime (never, unbalanced).
+async fn balance_round(ctx: &Ctx) {
+    match &ctx.balance {
+        Some(b) => b.round.notified().await,
+        None => std::future::pending().await,
+    }
+}
+
 #[cfg(test)]
 mod tests;
 
@@ -515,3 +581,6 @@ mod bounds_tests;
 
 #[cfg(test)]
 mod batch_tests;
+
+#[cfg(test)]
+mod balance_tests;

@@ -561,6 +561,7 @@
 
 mod admission;
 mod backend;
+mod balance;
 mod clock;
 mod config;
 #[cfg(feature = "cron")]

@@ -57,6 +57,8 @@ struct Inner {
     /// Acquire calls served (a batch counts once), as a server would count
     /// script calls.
     acquire_calls: AtomicU64,
+    /// Balanced leadership's memberships: key → instance id → expiry.
+    members: Mutex<HashMap<String, HashMap<String, Instant>>>,
 }
 
 #[derive(Debug, Default)]
@@ -133,6 +135,7 @@ impl MemoryBackend {
                 available: AtomicBool::new(true),
                 notices,
                 acquire_calls: AtomicU64::new(0),
+                members: Mutex::default(),
             }),
         }
     }
@@ -370,6 +373,24 @@ impl MemoryBackend {
     #[cfg(test)]
     pub(crate) fn acquire_calls(&self) -> u64 {
         self.inner.acquire_calls.load(Ordering::SeqCst)
+    }
+
+    /// Refresh `id`'s membership at `key` for `ttl` (`None`: leave), and
+    /// list the live members (`members.lua`).
+    pub(super) fn members(&self, key: &str, id: &str, ttl: Option<Duration>) -> Vec<String> {
+        let mut all = self
+            .inner
+            .members
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let set = all.entry(key.to_owned()).or_default();
+        let now = Instant::now();
+        match ttl {
+            Some(ttl) => set.insert(id.to_owned(), now + ttl),
+            None => set.remove(id),
+        };
+        set.retain(|_, until| *until > now);
+        set.keys().cloned().collect()
     }
 
     /// The attempts of `groups` for `id`, as one call.

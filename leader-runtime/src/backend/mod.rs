@@ -156,6 +156,26 @@ impl Backend {
         }
     }
 
+    /// Refresh `id`'s membership at `key` for `ttl` and list the live
+    /// members (balanced leadership: `members.lua`).
+    pub(crate) async fn members(&self, key: &str, id: &str, ttl: Duration) -> Result<Vec<String>> {
+        match self {
+            Backend::Redis(b) => b.members(key, id, Some(ttl)).await,
+            Backend::Memory(b) => Ok(b.members(key, id, Some(ttl))),
+        }
+    }
+
+    /// End `id`'s membership at `key`.
+    pub(crate) async fn leave(&self, key: &str, id: &str) -> Result<()> {
+        match self {
+            Backend::Redis(b) => b.members(key, id, None).await.map(drop),
+            Backend::Memory(b) => {
+                b.members(key, id, None);
+                Ok(())
+            }
+        }
+    }
+
     /// Whether calls must keep their keys in one hash slot (Redis Cluster).
     pub(crate) fn is_cluster(&self) -> bool {
         match self {

@@ -397,6 +397,7 @@ struct Scripts {
     acquire: Script,
     acquire_many: Script,
     release: Script,
+    members: Script,
 }
 
 impl RedisBackend {
@@ -462,6 +463,7 @@ impl RedisBackend {
                     include_str!("record.lua"),
                     include_str!("release.lua")
                 )),
+                members: Script::new(include_str!("members.lua")),
             }),
             cluster: config.cluster,
             min_replicas: config.options.min_replicas,
@@ -486,6 +488,35 @@ impl RedisBackend {
             .await
             .map_err(|e| backend_err(op.group, &e))?;
         parse_acquire(op.group, reply)
+    }
+
+    /// Refresh `id`'s membership at `key` for `ttl` (`None`: leave), and
+    /// list the live members.
+    pub(super) async fn members(
+        &self,
+        key: &str,
+        id: &str,
+        ttl: Option<Duration>,
+    ) -> Result<Vec<String>> {
+        let reply: Value = self
+            .scripts
+            .members
+            .key(key)
+            .arg(id)
+            .arg(ttl.map_or(0, millis))
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(|e| backend_err("members", &e))?;
+        match reply {
+            Value::Array(items) => items
+                .into_iter()
+                .map(|item| match item {
+                    Value::BulkString(id) => Ok(String::from_utf8_lossy(&id).into_owned()),
+                    other => Err(protocol_err("members", "members", &other)),
+                })
+                .collect(),
+            other => Err(protocol_err("members", "members", &other)),
+        }
     }
 
     pub(super) fn is_cluster(&self) -> bool {
