@@ -102,6 +102,7 @@ fn main() {
                 print_renewals: true,
                 print_elected: false,
                 unbatched: false,
+                balance: false,
             }
         };
         let mut fleet = Vec::new();

@@ -7,6 +7,7 @@
 //! cargo bench --bench load -- many [--groups 10000] [--secs 60] [--ttl-ms 15000] [--renew-ms 5000]
 //! cargo bench --bench load -- scale [--groups 5000] [--instances 20] [--secs 60]
 //!     [--ttl-ms 15000] [--renew-ms 5000] [--modes batched,unbatched] [--crash true]
+//! cargo bench --bench load -- rebalance [--groups 1000] [--ttl-ms 15000] [--renew-ms 5000]
 //! ```
 //!
 //! `fleet`: N instance processes (this binary, re-run as `instance`) join the
@@ -53,6 +54,7 @@ fn main() {
             "fleet" => fleet(&args).await,
             "many" => many(&args).await,
             "scale" => scale(&args).await,
+            "rebalance" => rebalance(&args).await,
             other => panic!("unknown mode {other} (fleet, many or scale)"),
         }
     });
@@ -180,6 +182,7 @@ async fn fleet(args: &[String]) {
             print_renewals: false,
             print_elected: false,
             unbatched: false,
+            balance: false,
         };
         children.push(start(&a, Duration::from_secs(60)).await);
     }
@@ -274,6 +277,7 @@ async fn many(args: &[String]) {
         print_renewals: false,
         print_elected: false,
         unbatched: false,
+        balance: false,
     };
     let limit = ttl * 4;
     // First start ever: no token counters (safe start waits one ttl).
@@ -412,6 +416,7 @@ async fn scale(args: &[String]) {
             print_renewals: false,
             print_elected: i > 0,
             unbatched,
+            balance: false,
         };
         // i0 first: it leads every group (after one ttl: a first election).
         let limit = ttl * 4;
@@ -490,4 +495,55 @@ async fn scale(args: &[String]) {
             stop(child).await;
         }
     }
+}
+
+async fn rebalance(args: &[String]) {
+    let groups: usize = flag_or(args, "--groups", 1_000);
+    let ttl = Duration::from_millis(flag_or(args, "--ttl-ms", 15_000));
+    let renew = Duration::from_millis(flag_or(args, "--renew-ms", 5_000));
+    println!("# load harness: rebalance");
+    println!("machine: {}", machine());
+    println!("{groups} groups, balanced, ttl {ttl:?}, renew_interval {renew:?}");
+    let server = RedisServer::start().await.expect("redis-server");
+    let args_of = |i: usize| InstanceArgs {
+        redis: server.url(),
+        id: format!("i{i}"),
+        groups: group_names(groups),
+        ttl,
+        renew,
+        print_renewals: false,
+        print_elected: i > 0,
+        unbatched: false,
+        balance: true,
+    };
+    let limit = ttl * 4;
+    let first = start(&args_of(0), limit).await;
+    ready_and_elected(&first, limit).await;
+    let t0 = monotonic_now_ns();
+    let second = start(&args_of(1), Duration::from_secs(120)).await;
+    let half = groups / 2;
+    let mut marks = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(600);
+    while marks.len() < half && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        marks = second
+            .stdout()
+            .snapshot()
+            .iter()
+            .filter(|l| l.starts_with("elected "))
+            .map(|l| (ns_of(l) - t0) as f64 / 1e6)
+            .collect();
+    }
+    marks.sort_by(f64::total_cmp);
+    let at = |n: usize| marks.get(n.saturating_sub(1)).copied().unwrap_or(f64::NAN);
+    println!(
+        "i1 joined: first group moved after {:.0} ms, {} after {:.0} ms, {half} (its share) after {:.0} ms; \
+         moves are at most 100 per renew interval per instance",
+        at(1),
+        half / 2,
+        at(half / 2),
+        at(half)
+    );
+    stop(second).await;
+    stop(first).await;
 }

@@ -44,6 +44,8 @@ pub struct InstanceArgs {
     /// Follower attempts one by one, as before they were batched (the
     /// `load scale` baseline).
     pub unbatched: bool,
+    /// Balanced leadership (`load rebalance`).
+    pub balance: bool,
 }
 
 impl InstanceArgs {
@@ -66,6 +68,8 @@ impl InstanceArgs {
             self.print_elected.to_string(),
             "--unbatched".into(),
             self.unbatched.to_string(),
+            "--balance".into(),
+            self.balance.to_string(),
         ]
     }
 
@@ -80,6 +84,7 @@ impl InstanceArgs {
             print_renewals: get("--print-renewals") == "true",
             print_elected: flag(args, "--print-elected").as_deref() == Some("true"),
             unbatched: flag(args, "--unbatched").as_deref() == Some("true"),
+            balance: flag(args, "--balance").as_deref() == Some("true"),
         }
     }
 }
@@ -139,6 +144,9 @@ async fn instance(args: InstanceArgs) {
     }
     if args.unbatched {
         config = config.unbatched_follower_attempts();
+    }
+    if args.balance {
+        config = config.balance_leadership(true);
     }
     let runtime = Runtime::new(config.build().expect("config")).expect("runtime");
     let mut events = runtime.subscribe();
