@@ -9,12 +9,13 @@ use std::sync::Arc;
 use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
 
-use crate::backend::{AttemptBatcher, Backend, NoticeSink, RedisBackend};
+use crate::backend::{AttemptBatcher, Backend, Channels, NoticeSink, RedisBackend};
 use crate::balance::{spawn_heartbeat, Balance};
 use crate::config::{BackendConfig, Config};
 use crate::events::{Event, LostReason};
 use crate::lease::Lease;
-use crate::names::{members_key, release_channel};
+use crate::names::{control_channel, members_key, release_channel};
+use crate::outage::Outage;
 use crate::Result;
 
 /// What every election of one runtime shares.
@@ -32,6 +33,8 @@ pub(crate) struct Ctx {
     /// a notice rather than polling every `retry_interval`).
     pub(crate) notices_up: Arc<AtomicBool>,
     pub(crate) release_channel: String,
+    /// Failed backend calls of every group, reported once a minute.
+    pub(crate) outage: Outage,
 }
 
 /// A user callback, run on the callbacks' own thread.
@@ -69,6 +72,7 @@ impl Ctx {
         if config.on_elected.is_some() || config.on_lost.is_some() {
             spawn_callback_thread(config.clone(), callback_rx);
         }
+        let outage = Outage::new(config.retry_interval, config.call_timeout);
         Ok(Self {
             attempts: AttemptBatcher::new(backend.clone(), !config.unbatched_attempts),
             balance,
@@ -79,13 +83,18 @@ impl Ctx {
             callbacks,
             stop,
             notices_up: Arc::new(AtomicBool::new(false)),
+            outage,
         })
     }
 
-    /// Listen for release notices until the runtime stops, handing each to `sink`.
+    /// Listen for release notices and control requests until the runtime
+    /// stops, handing each to `sink`.
     pub(crate) fn spawn_notices(&self, sink: NoticeSink) {
         self.backend.spawn_notices(
-            self.release_channel.clone(),
+            Channels {
+                release: self.release_channel.clone(),
+                control: control_channel(&self.config.key_prefix),
+            },
             sink,
             self.notices_up.clone(),
             self.config.retry_interval,

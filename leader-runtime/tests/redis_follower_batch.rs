@@ -139,3 +139,74 @@ async fn followers_of_many_groups_cost_a_few_calls_per_expiry_and_still_fail_ove
         f.shutdown().await;
     }
 }
+
+#[tokio::test]
+async fn a_paused_group_in_a_batch_is_acquired_by_nobody() {
+    let server = RedisServer::start().await.unwrap();
+    let leader = instance(server.url(), "leader");
+    let groups: Vec<String> = (0..20).map(|i| format!("p{i}")).collect();
+    for g in &groups {
+        leader.is_leader(g);
+    }
+    let led = timeout(TTL * 4, async {
+        while !groups.iter().all(|g| leader.is_leader(g)) {
+            sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(led.is_ok(), "not every group led\n{}", server.report());
+    let followers: Vec<Runtime> = (0..2)
+        .map(|i| instance(server.url(), &format!("f{i}")))
+        .collect();
+    for f in &followers {
+        for g in &groups {
+            assert!(f.run_if_leader(g, || async {}).await.is_none(), "{g}");
+        }
+    }
+    // Paused fleet-wide (the key alone, no notice): the leader hands p3 over
+    // at its next renewal; the followers' batched attempts, which carry p3
+    // with the others, are answered `paused` for p3 alone.
+    server
+        .cmd(&[
+            "HSET",
+            "leader:{p3}:paused",
+            "by",
+            "test",
+            "at",
+            "0",
+            "reason",
+            "",
+        ])
+        .await
+        .unwrap();
+    sleep(TTL * 3).await;
+    assert!(!leader.is_leader("p3"));
+    for f in &followers {
+        assert!(!f.is_leader("p3"), "a follower took a paused group");
+        let status = f.status();
+        assert!(
+            status.iter().any(|s| s.group == "p3" && s.paused),
+            "{status:?}"
+        );
+    }
+    for g in groups.iter().filter(|g| g.as_str() != "p3") {
+        assert!(leader.is_leader(g), "{g}");
+    }
+    // Resumed: someone leads p3 again.
+    server.cmd(&["DEL", "leader:{p3}:paused"]).await.unwrap();
+    let back = timeout(TTL * 3, async {
+        while !(leader.is_leader("p3") || followers.iter().any(|f| f.is_leader("p3"))) {
+            sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(
+        back.is_ok(),
+        "nobody led p3 after the resume\n{}",
+        server.report()
+    );
+    for f in &followers {
+        f.shutdown().await;
+    }
+    leader.shutdown().await;
+}

@@ -2,6 +2,12 @@
 -- acquire_many, renew, renew_many and release (Redis scripts cannot include
 -- one another).
 --
+-- The pause key of a group ({prefix}:{group}:paused, a hash, no expiry)
+-- exists while an operator paused the group fleet-wide: no acquire succeeds
+-- (not even a re-claim) and no renew extends the lease, so the leader hands
+-- over at its next renewal even if it missed the pause notice. Pausing and
+-- resuming write nothing else: the record's invariants below are untouched.
+--
 -- The record of a group (a hash, no expiry) tells a new leader how long the
 -- earlier ones may still believe they lead, even when the lease key is gone:
 --   token  the last fencing token issued: decimal, at most i64::MAX, and never
@@ -92,15 +98,23 @@ local function read_record(key)
   return rec
 end
 
+-- Whether the group whose pause key is key is paused. (TYPE, not EXISTS:
+-- ACL rules written for earlier versions allow TYPE.)
+local function paused(key)
+  return redis.call('TYPE', key)['ok'] ~= 'none'
+end
+
 -- Renew the lease at lease for holder id until now + ttl, if its record is
--- vouched for: 1 renewed, 0 gone, -1 someone else holds it, -2 the record is
--- not vouched for (nothing written).
-local function renew_one(lease, record, id, now, ttl, run)
+-- vouched for and the group is not paused (pause key pause): 1 renewed, 0
+-- gone, -1 someone else holds it, -2 the record is not vouched for, -3 the
+-- group is paused (nothing written for -2 and -3).
+local function renew_one(lease, record, pause, id, now, ttl, run)
   local holder = redis.call('GET', lease)
   if holder ~= id then
     if holder then return -1 end
     return 0
   end
+  if paused(pause) then return -3 end
   if redis.call('TYPE', record)['ok'] ~= 'hash' then return -2 end
   local f = redis.call('HMGET', record, 'until', 'run')
   if f[2] ~= run then return -2 end
@@ -123,11 +137,12 @@ local function script_clock()
   end
 end
 
--- Acquire the lease at lease (record at record) for id for ttl ms (ttl_arg:
--- the same, as the caller's string), or re-claim our own; clock: a
--- script_clock(). Returns acquire.lua's reply (a table), or nil and an error
--- message when the record is malformed (nothing written then).
-local function acquire_one(lease, record, id, ttl, ttl_arg, clock)
+-- Acquire the lease at lease (record at record, pause key pause) for id for
+-- ttl ms (ttl_arg: the same, as the caller's string), or re-claim our own;
+-- clock: a script_clock(). Returns acquire.lua's reply (a table), or nil and
+-- an error message when the record is malformed (nothing written then).
+local function acquire_one(lease, record, pause, id, ttl, ttl_arg, clock)
+  if paused(pause) then return {2, 'paused'} end
   local holder = redis.call('GET', lease)
   if holder and holder ~= id then
     return {0, holder, redis.call('PTTL', lease)}

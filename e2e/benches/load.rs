@@ -2,12 +2,12 @@
 //! many groups.
 //!
 //! ```text
-//! cargo bench --bench load -- fleet [--groups 1] [--instances 3] [--secs 60]
+//! cargo bench -p leader-e2e --bench load -- fleet [--groups 1] [--instances 3] [--secs 60]
 //!     [--ttl-ms 15000] [--renew-ms 5000]
-//! cargo bench --bench load -- many [--groups 10000] [--secs 60] [--ttl-ms 15000] [--renew-ms 5000]
-//! cargo bench --bench load -- scale [--groups 5000] [--instances 20] [--secs 60]
+//! cargo bench -p leader-e2e --bench load -- many [--groups 10000] [--secs 60] [--ttl-ms 15000] [--renew-ms 5000]
+//! cargo bench -p leader-e2e --bench load -- scale [--groups 5000] [--instances 20] [--secs 60]
 //!     [--ttl-ms 15000] [--renew-ms 5000] [--modes batched,unbatched] [--crash true]
-//! cargo bench --bench load -- rebalance [--groups 1000] [--ttl-ms 15000] [--renew-ms 5000]
+//! cargo bench -p leader-e2e --bench load -- rebalance [--groups 1000] [--ttl-ms 15000] [--renew-ms 5000]
 //! ```
 //!
 //! `fleet`: N instance processes (this binary, re-run as `instance`) join the
