@@ -100,6 +100,9 @@ fn main() {
                 ttl,
                 renew,
                 print_renewals: true,
+                print_elected: false,
+                unbatched: false,
+                balance: false,
             }
         };
         let mut fleet = Vec::new();

@@ -5,6 +5,9 @@
 //! cargo bench -p leader-e2e --bench load -- fleet [--groups 1] [--instances 3] [--secs 60]
 //!     [--ttl-ms 15000] [--renew-ms 5000]
 //! cargo bench -p leader-e2e --bench load -- many [--groups 10000] [--secs 60] [--ttl-ms 15000] [--renew-ms 5000]
+//! cargo bench -p leader-e2e --bench load -- scale [--groups 5000] [--instances 20] [--secs 60]
+//!     [--ttl-ms 15000] [--renew-ms 5000] [--modes batched,unbatched] [--crash true]
+//! cargo bench -p leader-e2e --bench load -- rebalance [--groups 1000] [--ttl-ms 15000] [--renew-ms 5000]
 //! ```
 //!
 //! `fleet`: N instance processes (this binary, re-run as `instance`) join the
@@ -27,7 +30,10 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use common::{command, flag_or, machine, ns_of, run_if_instance, spawn_instance, InstanceArgs};
+use common::{
+    command, flag_or, machine, ns_of, run_if_instance, spawn_instance, summary, InstanceArgs,
+    SUMMARY_HEADER,
+};
 use leader_testkit::{monotonic_now_ns, ChildProcess, RedisServer, Reply};
 
 fn main() {
@@ -47,7 +53,9 @@ fn main() {
         match mode.as_str() {
             "fleet" => fleet(&args).await,
             "many" => many(&args).await,
-            other => panic!("unknown mode {other} (fleet or many)"),
+            "scale" => scale(&args).await,
+            "rebalance" => rebalance(&args).await,
+            other => panic!("unknown mode {other} (fleet, many or scale)"),
         }
     });
 }
@@ -172,6 +180,9 @@ async fn fleet(args: &[String]) {
             ttl,
             renew,
             print_renewals: false,
+            print_elected: false,
+            unbatched: false,
+            balance: false,
         };
         children.push(start(&a, Duration::from_secs(60)).await);
     }
@@ -264,6 +275,9 @@ async fn many(args: &[String]) {
         ttl,
         renew,
         print_renewals: false,
+        print_elected: false,
+        unbatched: false,
+        balance: false,
     };
     let limit = ttl * 4;
     // First start ever: no token counters (safe start waits one ttl).
@@ -333,4 +347,203 @@ async fn many(args: &[String]) {
         renewals as f64 / groups as f64
     );
     stop(child).await;
+}
+
+/// `used_cpu_sys + used_cpu_user` of `INFO cpu`, in seconds.
+async fn redis_cpu(server: &RedisServer) -> f64 {
+    let reply = server.cmd(&["INFO", "cpu"]).await.expect("INFO cpu");
+    reply_text(&reply)
+        .lines()
+        .filter_map(|l| {
+            let (name, value) = l.split_once(':')?;
+            matches!(name, "used_cpu_sys" | "used_cpu_user")
+                .then(|| value.trim().parse::<f64>().ok())?
+        })
+        .sum()
+}
+
+/// Script calls per second that the model predicts for one Redis (see
+/// BENCHMARKS.md), as (low, high): `instances` processes following `groups`
+/// groups that one of them leads, renewing every `renew`, with leases of
+/// `ttl`; `slots`: hash slots the groups' keys fall in (1 on one server).
+/// Every call carries at most 500 groups of one slot. The leader renews its
+/// groups once per `renew`; a follower asks for each group once per
+/// `ttl - renew` (its early attempt lands before the leader's renewal due at
+/// the same grid instant) to `ttl` (after it).
+fn model(
+    instances: usize,
+    groups: usize,
+    slots: usize,
+    ttl: Duration,
+    renew: Duration,
+) -> (f64, f64) {
+    const PER_CALL: usize = 500;
+    let chunks = slots.max(groups.div_ceil(PER_CALL)) as f64;
+    let leader = chunks / renew.as_secs_f64();
+    let followers = (instances - 1) as f64 * chunks;
+    (
+        leader + followers / ttl.as_secs_f64(),
+        leader + followers / (ttl - renew).as_secs_f64(),
+    )
+}
+
+async fn scale(args: &[String]) {
+    let groups: usize = flag_or(args, "--groups", 5_000);
+    let instances: usize = flag_or(args, "--instances", 20);
+    let secs: u64 = flag_or(args, "--secs", 60);
+    let ttl = Duration::from_millis(flag_or(args, "--ttl-ms", 15_000));
+    let renew = Duration::from_millis(flag_or(args, "--renew-ms", 5_000));
+    let modes: String = flag_or(args, "--modes", "batched,unbatched".to_owned());
+    let crash: bool = flag_or(args, "--crash", true);
+    println!("# load harness: scale");
+    println!("machine: {}", machine());
+    println!(
+        "{groups} groups x {instances} instances (i0 leads all), ttl {ttl:?}, renew_interval {renew:?}, window {secs} s"
+    );
+    for mode in modes.split(',') {
+        let unbatched = match mode {
+            "batched" => false,
+            "unbatched" => true,
+            other => panic!("unknown --modes entry {other} (batched or unbatched)"),
+        };
+        let server = RedisServer::start().await.expect("redis-server");
+        let args_of = |i: usize| InstanceArgs {
+            redis: server.url(),
+            id: format!("i{i}"),
+            groups: group_names(groups),
+            ttl,
+            renew,
+            print_renewals: false,
+            print_elected: i > 0,
+            unbatched,
+            balance: false,
+        };
+        // i0 first: it leads every group (after one ttl: a first election).
+        let limit = ttl * 4;
+        let t0 = monotonic_now_ns();
+        let first = start(&args_of(0), limit).await;
+        let (_, elected) = ready_and_elected(&first, limit).await;
+        let mut children = vec![first];
+        for i in 1..instances {
+            children.push(start(&args_of(i), Duration::from_secs(120)).await);
+        }
+        println!(
+            "## {mode}: i0 led every group {:.0} ms after spawn; {} followers joined after {:.0} ms",
+            (elected - t0) as f64 / 1e6,
+            instances - 1,
+            (monotonic_now_ns() - t0) as f64 / 1e6
+        );
+        // Settle: every follower has seen each lease expire (and so moved
+        // onto the expiry instants) at least once.
+        tokio::time::sleep(ttl + renew).await;
+        server
+            .cmd(&["CONFIG", "RESETSTAT"])
+            .await
+            .expect("RESETSTAT");
+        let cpu0 = redis_cpu(&server).await;
+        let t = monotonic_now_ns();
+        tokio::time::sleep(Duration::from_secs(secs)).await;
+        let commands = commandstats(&server).await;
+        let cpu1 = redis_cpu(&server).await;
+        let window = (monotonic_now_ns() - t) as f64 / 1e9;
+        let calls: u64 = ["evalsha", "eval"]
+            .iter()
+            .filter_map(|c| commands.get(*c))
+            .sum();
+        let cpu = (cpu1 - cpu0) / window * 100.0;
+        let (low, high) = model(instances, groups, 1, ttl, renew);
+        println!(
+            "{mode}: {calls} script calls in {window:.1} s = {:.1}/s (model, batched: {low:.1} to {high:.1}/s; target <= 50); \
+             Redis CPU {cpu:.2}% of one core (target < 10%)",
+            calls as f64 / window
+        );
+        let inner: Vec<String> = commands
+            .iter()
+            .filter(|(n, _)| {
+                !matches!(n.as_str(), "info" | "config|resetstat" | "evalsha" | "eval")
+            })
+            .map(|(n, c)| format!("{n} {:.0}/s", *c as f64 / window))
+            .collect();
+        println!("{mode}: commands inside the scripts: {}", inner.join(", "));
+        if crash {
+            // Who leads after the kill: the time from the kill to each group's
+            // `elected` line, whichever follower printed it.
+            let marks: Vec<usize> = children.iter().map(|c| c.stdout().len()).collect();
+            let killed = monotonic_now_ns();
+            children[0].kill9().expect("kill -9");
+            let deadline = tokio::time::Instant::now() + ttl * 3;
+            let mut latencies: BTreeMap<String, f64> = BTreeMap::new();
+            while latencies.len() < groups && tokio::time::Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                for (child, &from) in children.iter().zip(&marks).skip(1) {
+                    for line in &child.stdout().snapshot()[from..] {
+                        let f: Vec<&str> = line.split_whitespace().collect();
+                        if let ["elected", g, _, ns] = f.as_slice() {
+                            let ns: u64 = ns.parse().expect("ns");
+                            let ms = (ns.saturating_sub(killed)) as f64 / 1e6;
+                            latencies.entry((*g).to_owned()).or_insert(ms);
+                        }
+                    }
+                }
+            }
+            let mut samples: Vec<f64> = latencies.values().copied().collect();
+            println!("{mode}: kill -9 of the leader of every group -> each group's next leader ({} of {groups} groups re-elected; bound: ttl + 50 ms = {} ms)", samples.len(), ttl.as_millis() + 50);
+            println!("{SUMMARY_HEADER}");
+            println!("{}", summary("crash failover per group", &mut samples));
+        }
+        for child in children.into_iter().skip(usize::from(crash)) {
+            stop(child).await;
+        }
+    }
+}
+
+async fn rebalance(args: &[String]) {
+    let groups: usize = flag_or(args, "--groups", 1_000);
+    let ttl = Duration::from_millis(flag_or(args, "--ttl-ms", 15_000));
+    let renew = Duration::from_millis(flag_or(args, "--renew-ms", 5_000));
+    println!("# load harness: rebalance");
+    println!("machine: {}", machine());
+    println!("{groups} groups, balanced, ttl {ttl:?}, renew_interval {renew:?}");
+    let server = RedisServer::start().await.expect("redis-server");
+    let args_of = |i: usize| InstanceArgs {
+        redis: server.url(),
+        id: format!("i{i}"),
+        groups: group_names(groups),
+        ttl,
+        renew,
+        print_renewals: false,
+        print_elected: i > 0,
+        unbatched: false,
+        balance: true,
+    };
+    let limit = ttl * 4;
+    let first = start(&args_of(0), limit).await;
+    ready_and_elected(&first, limit).await;
+    let t0 = monotonic_now_ns();
+    let second = start(&args_of(1), Duration::from_secs(120)).await;
+    let half = groups / 2;
+    let mut marks = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(600);
+    while marks.len() < half && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        marks = second
+            .stdout()
+            .snapshot()
+            .iter()
+            .filter(|l| l.starts_with("elected "))
+            .map(|l| (ns_of(l) - t0) as f64 / 1e6)
+            .collect();
+    }
+    marks.sort_by(f64::total_cmp);
+    let at = |n: usize| marks.get(n.saturating_sub(1)).copied().unwrap_or(f64::NAN);
+    println!(
+        "i1 joined: first group moved after {:.0} ms, {} after {:.0} ms, {half} (its share) after {:.0} ms; \
+         moves are at most 100 per renew interval per instance",
+        at(1),
+        half / 2,
+        at(half / 2),
+        at(half)
+    );
+    stop(second).await;
+    stop(first).await;
 }

@@ -40,6 +40,11 @@ pub struct Config {
     pub(crate) retry_interval: Duration,
     pub(crate) call_timeout: Duration,
     pub(crate) drift_margin: Duration,
+    /// Send each follower attempt alone, as before attempts were batched
+    /// (the load bench's baseline).
+    pub(crate) unbatched_attempts: bool,
+    /// Each live instance leads its share of the groups (see `balance.rs`).
+    pub(crate) balance: bool,
     pub(crate) instance_id: String,
     pub(crate) key_prefix: String,
     pub(crate) on_elected: Option<ElectedCallback>,
@@ -73,6 +78,22 @@ impl Config {
         self.call_timeout
     }
 
+    /// Whether leadership is balanced across the live instances
+    /// ([`ConfigBuilder::balance_leadership`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use leader_runtime::{Config, MemoryBackend};
+    ///
+    /// let config = Config::builder().memory(MemoryBackend::new()).build()?;
+    /// assert!(!config.balances_leadership());
+    /// # Ok::<(), leader_runtime::Error>(())
+    /// ```
+    pub fn balances_leadership(&self) -> bool {
+        self.balance
+    }
+
     /// How much earlier than the server the local view ends (clock drift allowance).
     pub fn drift_margin(&self) -> Duration {
         self.drift_margin
@@ -102,6 +123,7 @@ impl fmt::Debug for Config {
             .field("retry_interval", &self.retry_interval)
             .field("call_timeout", &self.call_timeout)
             .field("drift_margin", &self.drift_margin)
+            .field("balance_leadership", &self.balance)
             .field("instance_id", &self.instance_id)
             .field("key_prefix", &self.key_prefix)
             .finish_non_exhaustive()
@@ -154,6 +176,8 @@ pub struct ConfigBuilder {
     retry_interval: Option<Duration>,
     call_timeout: Option<Duration>,
     drift_margin: Option<Duration>,
+    unbatched_attempts: bool,
+    balance: bool,
     instance_id: Option<String>,
     key_prefix: Option<String>,
     on_elected: Option<ElectedCallback>,
@@ -354,6 +378,49 @@ impl ConfigBuilder {
         self
     }
 
+    /// Balance leadership across the live instances (default off): with N
+    /// instances campaigning in the same G groups, each leads ⌊G/N⌋ or ⌈G/N⌉
+    /// of them once membership settles. Membership is a sorted set
+    /// `{prefix}:members` in the backend, refreshed every `renew_interval`
+    /// (a crashed instance drops out after `ttl`). A leader over its share
+    /// hands groups over the way [`Runtime::step_down`](crate::Runtime::step_down)
+    /// does — drain, end the view, release, then stay out of that group's
+    /// race for one `ttl` — at most 100 per `renew_interval`; a follower at
+    /// its share lets an instance below its share take a released group
+    /// first (it waits 50 ms). A joining instance takes its share within a
+    /// few renew intervals; the groups of one that stops cleanly move within
+    /// about 50 ms (its release notices), those of one that crashes within
+    /// `ttl`. Every instance should campaign in the same groups. An ACL user
+    /// needs `+zadd +zrem +zremrangebyscore +zrange` besides the rules of
+    /// [`redis_url`](Self::redis_url) (without them the membership refresh
+    /// fails, is logged, and every instance keeps what it leads).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use leader_runtime::{Config, MemoryBackend};
+    ///
+    /// let config = Config::builder()
+    ///     .memory(MemoryBackend::new())
+    ///     .balance_leadership(true)
+    ///     .build()?;
+    /// assert!(config.balances_leadership());
+    /// # Ok::<(), leader_runtime::Error>(())
+    /// ```
+    pub fn balance_leadership(mut self, on: bool) -> Self {
+        self.balance = on;
+        self
+    }
+
+    /// Send each follower acquire attempt alone and unaligned, as releases
+    /// before follower batching did: only for measuring what the batching
+    /// saves (the load bench's baseline). Not part of the stable API.
+    #[doc(hidden)]
+    pub fn unbatched_follower_attempts(mut self) -> Self {
+        self.unbatched_attempts = true;
+        self
+    }
+
     /// This instance's id in the lease (default `hostname:pid:random`).
     /// Must be unique in the fleet: two instances with one id share a lease.
     pub fn instance_id(mut self, id: impl Into<String>) -> Self {
@@ -507,6 +574,8 @@ impl ConfigBuilder {
             retry_interval,
             call_timeout,
             drift_margin,
+            unbatched_attempts: self.unbatched_attempts,
+            balance: self.balance,
             instance_id,
             key_prefix,
             on_elected: self.on_elected,

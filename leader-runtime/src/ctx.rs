@@ -9,17 +9,22 @@ use std::sync::Arc;
 use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
 
-use crate::backend::{Backend, Channels, NoticeSink, RedisBackend};
+use crate::backend::{AttemptBatcher, Backend, Channels, NoticeSink, RedisBackend};
+use crate::balance::{spawn_heartbeat, Balance};
 use crate::config::{BackendConfig, Config};
 use crate::events::{Event, LostReason};
 use crate::lease::Lease;
-use crate::names::{control_channel, release_channel};
+use crate::names::{control_channel, members_key, release_channel};
 use crate::outage::Outage;
 use crate::Result;
 
 /// What every election of one runtime shares.
 pub(crate) struct Ctx {
     pub(crate) backend: Backend,
+    /// The followers' acquire attempts, batched (see `backend/batch.rs`).
+    pub(crate) attempts: AttemptBatcher,
+    /// Balanced leadership, when configured (see `balance.rs`).
+    pub(crate) balance: Option<Arc<Balance>>,
     pub(crate) config: Config,
     pub(crate) events: broadcast::Sender<Event>,
     pub(crate) callbacks: mpsc::UnboundedSender<Callback>,
@@ -48,6 +53,20 @@ impl Ctx {
             }
             BackendConfig::Memory(memory) => Backend::Memory(memory.clone()),
         };
+        let stop = CancellationToken::new();
+        let balance = config.balance.then(|| {
+            let balance = Arc::new(Balance::new(&config.instance_id));
+            spawn_heartbeat(
+                backend.clone(),
+                members_key(&config.key_prefix),
+                balance.clone(),
+                config.ttl,
+                config.renew_interval,
+                config.call_timeout,
+                stop.clone(),
+            );
+            balance
+        });
         let (events, _) = broadcast::channel(1024);
         let (callbacks, callback_rx) = mpsc::unbounded_channel();
         if config.on_elected.is_some() || config.on_lost.is_some() {
@@ -55,12 +74,14 @@ impl Ctx {
         }
         let outage = Outage::new(config.retry_interval, config.call_timeout);
         Ok(Self {
+            attempts: AttemptBatcher::new(backend.clone(), !config.unbatched_attempts),
+            balance,
             backend,
             release_channel: release_channel(&config.key_prefix),
             config,
             events,
             callbacks,
-            stop: CancellationToken::new(),
+            stop,
             notices_up: Arc::new(AtomicBool::new(false)),
             outage,
         })

@@ -10,12 +10,13 @@ use std::time::Duration;
 use tokio::time::{sleep_until, Instant};
 
 use crate::backend::{self, Acquire, Op, Renew, SafeStart};
+use crate::balance::SHARE_GRACE;
 use crate::ctx::{Callback, Ctx};
 use crate::events::{Event, LostReason};
 use crate::group::{Command, Group, MailboxRx};
 use crate::lease::{Lease, Tenure};
 use crate::names::GroupKeys;
-use crate::{jitter, metrics, Error, Result};
+use crate::{metrics, Error, Result};
 
 /// The acquisition that starts a leadership.
 struct Won {
@@ -38,9 +39,6 @@ enum Flow {
     Stop,
 }
 
-/// Most followers waking at one expiry spread over this much.
-const EXPIRY_JITTER: Duration = Duration::from_millis(5);
-
 pub(crate) async fn run(group: Arc<Group>, ctx: Arc<Ctx>, commands: MailboxRx) {
     let keys = GroupKeys::new(&ctx.config.key_prefix, &group.name);
     let mut election = Election {
@@ -50,6 +48,8 @@ pub(crate) async fn run(group: Arc<Group>, ctx: Arc<Ctx>, commands: MailboxRx) {
         commands,
         failing: false,
         cooldown_until: None,
+        noticed: false,
+        shed: false,
         record_known: false,
     };
     let span = tracing::info_span!("election", group = %election.group.name, instance = %election.ctx.config.instance_id);
@@ -65,20 +65,38 @@ struct Election {
     failing: bool,
     /// After a step-down: stay out of the race until then (or a release notice).
     cooldown_until: Option<Instant>,
+    /// The last wait ended with a release notice.
+    noticed: bool,
+    /// The leadership that just ended was handed over for the balance.
+    shed: bool,
     /// An acquire has found the group's record (see [`Won::record_known`]).
     record_known: bool,
 }
 
 impl Election {
     async fn run(&mut self) {
+        let balance = self.ctx.balance.clone();
+        if let Some(b) = &balance {
+            b.campaigning(true);
+        }
         loop {
             let Some(won) = self.follow().await else {
                 self.group.control.mark_first_round();
-                return;
+                break;
             };
-            if let Flow::Stop = self.lead(won).await {
-                return;
+            if let Some(b) = &balance {
+                b.won();
             }
+            let flow = self.lead(won).await;
+            if let Some(b) = &balance {
+                b.ended(std::mem::take(&mut self.shed));
+            }
+            if let Flow::Stop = flow {
+                break;
+            }
+        }
+        if let Some(b) = &balance {
+            b.campaigning(false);
         }
     }
 
@@ -122,19 +140,36 @@ impl Election {
                 }
                 continue;
             }
+            if std::mem::take(&mut self.noticed)
+                && self.ctx.balance.as_ref().is_some_and(|b| b.at_share())
+            {
+                // Balanced: at our share already, let an instance below its
+                // share take the released lease first.
+                if !self.wait(Instant::now() + SHARE_GRACE, false).await {
+                    return None;
+                }
+                self.noticed = false;
+            }
             let sent = Instant::now();
             self.group.counters.acquire_attempt();
             metrics::acquire_attempt(&self.group.name);
             let ttl = self.ctx.config.ttl;
+            // Batched with the attempts of this runtime's other groups due
+            // at the same instant (one script call per hash slot).
             let result = self
                 .call(
                     self.ctx.config.call_timeout,
-                    self.ctx.backend.acquire(&self.op(), ttl),
+                    self.ctx.attempts.acquire(
+                        &self.group.name,
+                        &self.keys,
+                        &self.ctx.config.instance_id,
+                        ttl,
+                    ),
                 )
                 .await;
-            let wait = match result {
+            let received = Instant::now();
+            let next = match result {
                 Ok(Acquire::Won { token, wait, why }) => {
-                    let received = Instant::now();
                     self.recovered();
                     self.saw_paused(false);
                     self.group
@@ -158,25 +193,28 @@ impl Election {
                     tracing::trace!(%holder, ?pttl, "lease held by another instance");
                     let notices_up = self.ctx.notices_up.load(Ordering::SeqCst);
                     match pttl {
-                        // Try again right when it expires; a release notice wakes us sooner.
-                        Some(pttl) if notices_up => pttl + jitter::up_to(EXPIRY_JITTER),
-                        Some(pttl) => pttl.min(retry) + jitter::up_to(EXPIRY_JITTER),
-                        None => retry,
+                        // Try again right when it expires (it cannot expire
+                        // sooner); a release notice wakes us sooner.
+                        Some(pttl) if notices_up => received + pttl,
+                        Some(pttl) => received + pttl.min(retry),
+                        None => received + retry,
                     }
                 }
                 Ok(Acquire::Paused) => {
                     self.recovered();
                     self.saw_paused(true);
                     // A resume request wakes us sooner.
-                    retry
+                    received + retry
                 }
                 Err(e) => {
                     self.failed("acquire", &e);
-                    retry
+                    received + retry
                 }
             };
+            // On the attempt grid: the groups due together go as one call.
+            let wait_until = self.ctx.attempts.follow_at(next);
             self.group.control.mark_first_round();
-            if !self.wait(Instant::now() + wait, true).await {
+            if !self.wait(wait_until, true).await {
                 return None;
             }
         }
@@ -197,7 +235,10 @@ impl Election {
                     // Re-enter the loop: it checks the new eligibility.
                     Command::SetEligible(_, reply) => { let _ = reply.send(Ok(())); return true; }
                 },
-                _ = self.group.control.released.notified() => return true,
+                _ = self.group.control.released.notified() => {
+                    self.noticed = true;
+                    return true;
+                }
                 _ = self.group.control.requested.notified(), if requests => return true,
                 _ = sleep_until(deadline) => return true,
             }
@@ -340,6 +381,12 @@ impl Election {
                     // A pause request: renew now, which finds the pause.
                     next_renew = Instant::now();
                 }
+                // Balanced: a new membership round; over our share, hand over.
+                _ = balance_round(&self.ctx) => {
+                    if self.ctx.balance.as_ref().is_some_and(|b| b.try_shed()) {
+                        return self.shed(won.token, tenure, valid_until).await;
+                    }
+                }
                 _ = sleep_until(wake) => {}
             }
             let now = Instant::now();
@@ -420,6 +467,23 @@ impl Election {
                 }
             }
         }
+    }
+
+    /// Hand over for the balance, as a step-down does (drain, end the view,
+    /// release, then stay out of the race for one ttl or until a release).
+    async fn shed(
+        &mut self,
+        token: u64,
+        tenure: Option<Arc<Tenure>>,
+        valid_until: Instant,
+    ) -> Flow {
+        tracing::info!("leading more than this instance's share: handing over");
+        self.shed = true;
+        let _ = self
+            .hand_over(token, tenure, valid_until, LostReason::SteppedDown)
+            .await;
+        self.cool_down(self.ctx.config.ttl);
+        Flow::Campaign
     }
 
     /// After a step-down: out of the race for `ttl`, or until another
@@ -585,6 +649,14 @@ impl Election {
     }
 }
 
+/// The next membership round of a balanced runtime (never, unbalanced).
+async fn balance_round(ctx: &Ctx) {
+    match &ctx.balance {
+        Some(b) => b.round.notified().await,
+        None => std::future::pending().await,
+    }
+}
+
 #[cfg(test)]
 mod tests;
 
@@ -599,6 +671,12 @@ mod inside_body_tests;
 
 #[cfg(test)]
 mod bounds_tests;
+
+#[cfg(test)]
+mod batch_tests;
+
+#[cfg(test)]
+mod balance_tests;
 
 #[cfg(test)]
 mod wording_tests;

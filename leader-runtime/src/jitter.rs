@@ -1,10 +1,8 @@
-//! A few milliseconds of randomness, without a dependency: spreads followers
-//! that wake at the same expiry, and makes instance ids unique.
+//! Randomness without a dependency: makes instance ids unique.
 
 use std::cell::Cell;
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
-use std::time::Duration;
 
 thread_local! {
     static STATE: Cell<u64> = Cell::new(seed());
@@ -31,13 +29,4 @@ pub(crate) fn random_u32() -> u32 {
         s.set(x);
         (x.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 32) as u32
     })
-}
-
-/// A uniformly random duration in `[0, max]`, at millisecond resolution.
-pub(crate) fn up_to(max: Duration) -> Duration {
-    let ms = max.as_millis() as u64;
-    if ms == 0 {
-        return Duration::ZERO;
-    }
-    Duration::from_millis(u64::from(random_u32()) % (ms + 1))
 }

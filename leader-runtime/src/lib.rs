@@ -405,16 +405,26 @@
 //! with another `ttl` the timings not set follow it, see
 //! [`ConfigBuilder::build`]):
 //!
-//! - the leader renews every `renew_interval`; a failed or timed-out renew is
-//!   retried quickly (every `renew_interval / 10`, 5–200 ms) while the view
-//!   is valid;
-//! - a follower whose acquire found a holder sleeps exactly until that
-//!   lease's `PTTL` runs out (plus a few ms of jitter), or less when a release
-//!   notice arrives on the pub/sub channel; `retry_interval` paces retries
-//!   only when that knowledge is missing (after an error, or while the notice
-//!   connection is down). So a follower costs Redis about one command per
-//!   `ttl − renew_interval`, crash failover takes about `ttl`, and a graceful
-//!   handover one round trip;
+//! - the leader renews every `renew_interval`, on a grid of wall-clock time
+//!   (steps of at most 250 ms) that every instance shares; a failed or
+//!   timed-out renew is retried quickly (every `renew_interval / 10`,
+//!   5–200 ms) while the view is valid;
+//! - a follower whose acquire found a holder sleeps until that lease's `PTTL`
+//!   runs out, or less when a release notice arrives on the pub/sub channel:
+//!   while the expiry is far, until up to 250 ms before it (on a 250 ms
+//!   wall-clock grid: a live leader has renewed by then, and the attempts of
+//!   leases renewed about together fall due together); when it is near,
+//!   until just after it (on a 10 ms grid); plus up to 5 ms that each
+//!   instance draws per grid step; `retry_interval` paces retries only when that knowledge
+//!   is missing (after an error, or while the notice connection is down).
+//!   So crash failover takes about `ttl` (at most 15 ms more), and a
+//!   graceful handover one round trip;
+//! - the renewals of one instance that fall due together go to Redis as one
+//!   `renew_many` call, and its follower attempts that fall due together as
+//!   one `acquire_many` call (each group's answer is the acquire's above),
+//!   per hash slot and per 500 groups. Leases renewed together expire
+//!   together, so a follower of `G` groups costs about `G / 500` calls per
+//!   `ttl`, plus one per distinct renew instant of its leaders;
 //! - drain before release: [`step_down`], [`set_eligible`] and [`shutdown`]
 //!   first stop admitting gated runs, then wait for those in flight (bounded
 //!   by what the view has left), and only then release, so the next leader
@@ -653,6 +663,7 @@
 pub mod admin;
 mod admission;
 mod backend;
+mod balance;
 mod clock;
 mod config;
 #[cfg(feature = "cron")]

@@ -102,6 +102,12 @@ pub(crate) fn release_channel(prefix: &str) -> String {
     format!("{prefix}:released")
 }
 
+/// The sorted set of live instances, for balanced leadership (one hash slot:
+/// the prefix's).
+pub(crate) fn members_key(prefix: &str) -> String {
+    format!("{{{prefix}}}:members")
+}
+
 /// A release notice's payload: `"<group> <instance id>"` (group names have no spaces).
 pub(crate) fn parse_notice(payload: &str) -> Option<(&str, &str)> {
     payload.split_once(' ')

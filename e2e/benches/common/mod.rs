@@ -38,6 +38,14 @@ pub struct InstanceArgs {
     pub renew: Duration,
     /// Print `renewed` lines (off for many groups).
     pub print_renewals: bool,
+    /// Print an `elected` line for every group, however many (from the
+    /// `on_elected` callback, which loses none).
+    pub print_elected: bool,
+    /// Follower attempts one by one, as before they were batched (the
+    /// `load scale` baseline).
+    pub unbatched: bool,
+    /// Balanced leadership (`load rebalance`).
+    pub balance: bool,
 }
 
 impl InstanceArgs {
@@ -56,6 +64,12 @@ impl InstanceArgs {
             self.renew.as_millis().to_string(),
             "--print-renewals".into(),
             self.print_renewals.to_string(),
+            "--print-elected".into(),
+            self.print_elected.to_string(),
+            "--unbatched".into(),
+            self.unbatched.to_string(),
+            "--balance".into(),
+            self.balance.to_string(),
         ]
     }
 
@@ -68,6 +82,9 @@ impl InstanceArgs {
             ttl: Duration::from_millis(get("--ttl-ms").parse().expect("--ttl-ms")),
             renew: Duration::from_millis(get("--renew-ms").parse().expect("--renew-ms")),
             print_renewals: get("--print-renewals") == "true",
+            print_elected: flag(args, "--print-elected").as_deref() == Some("true"),
+            unbatched: flag(args, "--unbatched").as_deref() == Some("true"),
+            balance: flag(args, "--balance").as_deref() == Some("true"),
         }
     }
 }
@@ -111,17 +128,30 @@ fn out(line: std::fmt::Arguments<'_>) {
 }
 
 async fn instance(args: InstanceArgs) {
-    let config = Config::builder()
+    let mut config = Config::builder()
         .redis_url(&args.redis)
         .ttl(args.ttl)
         .renew_interval(args.renew)
-        .instance_id(&args.id)
-        .build()
-        .expect("config");
-    let runtime = Runtime::new(config).expect("runtime");
+        .instance_id(&args.id);
+    if args.print_elected {
+        config = config.on_elected(|group, lease| {
+            out(format_args!(
+                "elected {group} {} {}",
+                lease.token(),
+                monotonic_now_ns()
+            ))
+        });
+    }
+    if args.unbatched {
+        config = config.unbatched_follower_attempts();
+    }
+    if args.balance {
+        config = config.balance_leadership(true);
+    }
+    let runtime = Runtime::new(config.build().expect("config")).expect("runtime");
     let mut events = runtime.subscribe();
     let print_renewals = args.print_renewals;
-    let many = args.groups.len() > 100;
+    let many = args.groups.len() > 100 || args.print_elected;
     tokio::spawn(async move {
         loop {
             match events.recv().await {

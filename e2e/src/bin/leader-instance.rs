@@ -37,6 +37,7 @@
 //! | `BODY_MS` | how long a gated body works before its write | 10 |
 //! | `STORE_ADDR` | `host:port` of a fenced store to write to from each body | none |
 //! | `STATS_MS` | print a `stats` line this often | never |
+//! | `LEADER_BALANCE` | `1`: `ConfigBuilder::balance_leadership` (the chaos suite's balanced runs) | off |
 //!
 //! On SIGTERM it calls `leader_runtime::shutdown()` (which drains gated runs
 //! and releases the lease), prints the last events and `exit`, and exits 0.
@@ -441,6 +442,9 @@ async fn run() -> Result<(), String> {
         .retry_interval(env_ms("RETRY_MS", Some(200))?.unwrap_or_default());
     if let Some(timeout) = env_ms("CALL_TIMEOUT_MS", None)? {
         config = config.call_timeout(timeout);
+    }
+    if std::env::var("LEADER_BALANCE").as_deref() == Ok("1") {
+        config = config.balance_leadership(true);
     }
     let config = config.build().map_err(|e| e.to_string())?;
     let _ = SETTINGS.set(Settings {

@@ -1,22 +1,32 @@
-//! Renewals of many groups in a few round trips.
+//! Renewals and follower attempts of many groups in a few round trips.
 //!
-//! Leaders renew on a grid shared by every group of one backend
-//! ([`RenewBatcher::align`]), so that after their first renewal the leaders of
-//! one runtime renew at the same instants. Renewals that arrive together are
-//! sent as one `renew_many.lua` call per chunk of keys (per hash slot on a
-//! cluster), the chunks at once on the one multiplexed connection: 10,000
-//! leaders cost about twenty commands per tick, not 10,000 round trips.
+//! Leaders renew on a grid of wall-clock time ([`RenewBatcher::align`]), so
+//! that after their first renewal the leaders of every instance renew at the
+//! same instants, and their leases expire at the same instants. Renewals
+//! that arrive together are sent as one `renew_many.lua` call per chunk of
+//! keys (per hash slot on a cluster), the chunks at once on the one
+//! multiplexed connection: 10,000 leaders cost about twenty commands per
+//! tick, not 10,000 round trips.
+//!
+//! Followers do the same ([`AttemptBatcher`]): an attempt waits for the
+//! lease's expiry moved onto a grid ([`AttemptBatcher::follow_at`]), so the
+//! attempts of the groups whose leases expire together (renewed together)
+//! are due together, and go as one `acquire_many.lua` call per chunk. A
+//! follower's load then grows with its hash slots and the leaders' renew
+//! instants, not with its groups.
 
+use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
+use std::hash::BuildHasher;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use redis::aio::ConnectionLike;
 use redis::{Script, Value};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
-use super::Renew;
+use super::{Acquire, Backend, Renew};
 use crate::names::GroupKeys;
 use crate::{Error, Result};
 
@@ -26,6 +36,71 @@ const MAX_GROUPS: usize = 500;
 
 /// The grid is at most this fine; it is finer for renew intervals under 500 ms.
 const MAX_GRID: Duration = Duration::from_millis(250);
+
+/// Follower attempts are due on a grid this fine: the attempts of leases
+/// that expire within one step go together.
+pub(crate) const ATTEMPT_STEP: Duration = Duration::from_millis(10);
+
+/// Attempts at leases that expire further ahead than one step of this are
+/// made early, on this coarser grid (see [`AttemptBatcher::follow_at`]).
+pub(crate) const EARLY_STEP: Duration = Duration::from_millis(250);
+
+/// Each instance moves its attempts of one step by up to this much more (the
+/// same for all its groups in that step), so that the followers of one lease
+/// do not all ask at the same instant.
+pub(crate) const ATTEMPT_SPREAD: Duration = Duration::from_millis(5);
+
+/// A grid of time: multiples of a step counted from a zero point. Redis
+/// counts them from the Unix epoch (the instances of a fleet share the
+/// wall clock, so their grids line up); in memory, from the backend's start
+/// (tokio's paused clock is not the wall clock).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Grid {
+    /// An instant, and how far past the grid's zero point it is, in ns.
+    at: Instant,
+    since_zero: u128,
+}
+
+impl Grid {
+    /// A grid counted from the Unix epoch.
+    pub(crate) fn wall_clock() -> Self {
+        Self {
+            at: Instant::now(),
+            since_zero: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or_default(),
+        }
+    }
+
+    /// A grid counted from now.
+    pub(crate) fn from_now() -> Self {
+        Self {
+            at: Instant::now(),
+            since_zero: 0,
+        }
+    }
+
+    /// How far `t` is past the last multiple of `step` (ns, `step` > 0).
+    fn past(&self, t: Instant, step: u128) -> u128 {
+        (self.since_zero + t.saturating_duration_since(self.at).as_nanos()) % step
+    }
+
+    /// `t` moved back onto the grid of `step`.
+    fn floor(&self, t: Instant, step: Duration) -> Instant {
+        let past = self.past(t, step.as_nanos().max(1));
+        t - Duration::from_nanos(past as u64)
+    }
+
+    /// `t` moved forward onto the grid of `step`.
+    fn ceil(&self, t: Instant, step: Duration) -> Instant {
+        let step = step.as_nanos().max(1);
+        match self.past(t, step) {
+            0 => t,
+            past => t + Duration::from_nanos((step - past) as u64),
+        }
+    }
+}
 
 struct Request {
     group: String,
@@ -41,8 +116,8 @@ struct Request {
 #[derive(Clone)]
 pub(crate) struct RenewBatcher {
     requests: mpsc::UnboundedSender<Request>,
-    /// Zero point of the renew grid.
-    epoch: Instant,
+    /// The renew grid.
+    grid: Grid,
 }
 
 struct Scripts {
@@ -71,23 +146,23 @@ impl RenewBatcher {
         tokio::spawn(run(conn, cluster, scripts, rx));
         Self {
             requests,
-            epoch: Instant::now(),
+            grid: Grid::wall_clock(),
         }
     }
 
     /// When to renew a lease due for renewal at `due` (renewing every
-    /// `every`): `due` moved back onto this backend's grid, by less than one
+    /// `every`): `due` moved back onto the wall-clock grid, by less than one
     /// step of at most `every / 2`. Renewing early is always safe: a renewal
     /// extends the view from the instant it is sent. A leader renewing on the
-    /// grid stays on it: its next renewal is exactly `every` later.
+    /// grid stays on it: its next renewal is exactly `every` later. Every
+    /// instance with the same `every` shares the grid, so their leases
+    /// expire on few instants, which their followers' attempts batch on.
     pub(crate) fn align(&self, due: Instant, every: Duration) -> Instant {
         let steps = every
             .as_nanos()
             .div_ceil(MAX_GRID.as_nanos())
             .clamp(2, u128::from(u32::MAX));
-        let step = (every / steps as u32).as_nanos().max(1);
-        let past = due.saturating_duration_since(self.epoch).as_nanos() % step;
-        due - Duration::from_nanos(past as u64)
+        self.grid.floor(due, every / steps as u32)
     }
 
     /// Renew one group's lease as part of the next batch.
@@ -112,6 +187,22 @@ impl RenewBatcher {
     }
 }
 
+/// `first` and the requests that queue up behind it while the tasks woken
+/// with it run: groups due at the same instant wake together.
+async fn gather<T>(first: T, rx: &mut mpsc::UnboundedReceiver<T>) -> Vec<T> {
+    let mut batch = vec![first];
+    loop {
+        tokio::task::yield_now().await;
+        let before = batch.len();
+        while let Ok(request) = rx.try_recv() {
+            batch.push(request);
+        }
+        if batch.len() == before {
+            return batch;
+        }
+    }
+}
+
 async fn run<C>(
     conn: C,
     cluster: bool,
@@ -121,19 +212,7 @@ async fn run<C>(
     C: ConnectionLike + Clone + Send + Sync + 'static,
 {
     while let Some(first) = rx.recv().await {
-        let mut batch = vec![first];
-        // Leaders renewing on the same grid instant wake together: let the
-        // rest of them queue up before sending.
-        loop {
-            tokio::task::yield_now().await;
-            let before = batch.len();
-            while let Ok(request) = rx.try_recv() {
-                batch.push(request);
-            }
-            if batch.len() == before {
-                break;
-            }
-        }
+        let mut batch = gather(first, &mut rx).await;
         // An election that gave up waiting no longer counts on this renewal.
         batch.retain(|r| !r.reply.is_closed());
         let mut chunks: HashMap<(String, u64, u16), Vec<Request>> = HashMap::new();
@@ -209,6 +288,152 @@ async fn send<C: ConnectionLike>(mut conn: C, scripts: Arc<Scripts>, chunk: Vec<
     }
 }
 
+/// One follower attempt, waiting for its batch.
+struct Attempt {
+    group: String,
+    keys: GroupKeys,
+    id: String,
+    ttl: Duration,
+    reply: oneshot::Sender<Result<Acquire>>,
+}
+
+/// Collects the acquire attempts of one runtime's followers and sends those
+/// that are due together as one call per chunk (per hash slot on a cluster),
+/// on a task of its own that ends when the last handle is dropped. Each
+/// attempt's answer means what a lone `acquire` would have answered: the
+/// elections keep every per-group rule (safe-start waits, notices,
+/// eligibility).
+#[derive(Clone)]
+pub(crate) struct AttemptBatcher {
+    requests: mpsc::UnboundedSender<Attempt>,
+    /// Off: each attempt alone, at its expiry plus a random spread (the
+    /// baseline the load bench compares with).
+    batched: bool,
+    backend: Backend,
+    grid: Grid,
+    /// Picks this instance's spread in each step.
+    spread: RandomState,
+}
+
+impl AttemptBatcher {
+    /// A batcher sending on `backend` (`batched` false: each attempt alone).
+    /// Must be called inside a tokio runtime.
+    pub(crate) fn new(backend: Backend, batched: bool) -> Self {
+        let grid = match &backend {
+            Backend::Redis(_) => Grid::wall_clock(),
+            Backend::Memory(_) => Grid::from_now(),
+        };
+        let (requests, rx) = mpsc::unbounded_channel();
+        if batched {
+            tokio::spawn(run_attempts(backend.clone(), rx));
+        }
+        Self {
+            requests,
+            batched,
+            backend,
+            grid,
+            spread: RandomState::new(),
+        }
+    }
+
+    /// When to try a lease that expires at `expiry` (or to retry at
+    /// `expiry`). Far ahead: early, at `expiry` moved back onto the coarse
+    /// grid of [`EARLY_STEP`] — a live leader has renewed the lease since
+    /// (it renews more than `EARLY_STEP` before its lease ends), so the
+    /// attempt learns the new expiry just as well, and the attempts of leases
+    /// renewed at nearby instants (by different calls, leaders, instances)
+    /// fall due together. Close (an early attempt found the lease still
+    /// there: its holder stopped renewing): at `expiry` moved forward onto
+    /// the grid of [`ATTEMPT_STEP`]. Either then moved by this instance's
+    /// spread for that step (less than [`ATTEMPT_SPREAD`], the same for every
+    /// group). So a lease that ends is tried at most `ATTEMPT_STEP +
+    /// ATTEMPT_SPREAD` after it ends.
+    pub(crate) fn follow_at(&self, expiry: Instant) -> Instant {
+        let spread_ms = ATTEMPT_SPREAD.as_millis() as u32;
+        if !self.batched {
+            let ms = crate::jitter::random_u32() % (spread_ms + 1);
+            return expiry + Duration::from_millis(u64::from(ms));
+        }
+        let early = self.grid.floor(expiry, EARLY_STEP);
+        let on_grid = if early >= Instant::now() + EARLY_STEP {
+            early
+        } else {
+            self.grid.ceil(expiry, ATTEMPT_STEP)
+        };
+        let step = self.grid.past(on_grid, u128::MAX) / ATTEMPT_STEP.as_nanos();
+        let spread = self.spread.hash_one(step) % u64::from(spread_ms.max(1));
+        on_grid + Duration::from_millis(spread)
+    }
+
+    /// Acquire one group's lease as part of the next batch: the answer of
+    /// `acquire.lua` for that group.
+    pub(crate) async fn acquire(
+        &self,
+        group: &str,
+        keys: &GroupKeys,
+        id: &str,
+        ttl: Duration,
+    ) -> Result<Acquire> {
+        if !self.batched {
+            let mut answers = self.backend.acquire_many(id, ttl, &[(group, keys)]).await;
+            return answers
+                .pop()
+                .unwrap_or_else(|| Err(Error::backend(group, "no answer")));
+        }
+        let (reply, answer) = oneshot::channel();
+        let request = Attempt {
+            group: group.to_owned(),
+            keys: keys.clone(),
+            id: id.to_owned(),
+            ttl,
+            reply,
+        };
+        let stopped = || Error::backend(group, "the attempt batcher has stopped");
+        self.requests.send(request).map_err(|_| stopped())?;
+        answer.await.map_err(|_| stopped())?
+    }
+}
+
+async fn run_attempts(backend: Backend, mut rx: mpsc::UnboundedReceiver<Attempt>) {
+    let cluster = backend.is_cluster();
+    while let Some(first) = rx.recv().await {
+        let mut batch = gather(first, &mut rx).await;
+        // An election that gave up waiting (stopped, timed out) no longer
+        // counts on this attempt: don't take a lease nobody would hold.
+        batch.retain(|r| !r.reply.is_closed());
+        let mut chunks: HashMap<(String, Duration, u16), Vec<Attempt>> = HashMap::new();
+        for request in batch {
+            let slot = if cluster {
+                slot(request.keys.lease.as_bytes())
+            } else {
+                0
+            };
+            let chunk = chunks
+                .entry((request.id.clone(), request.ttl, slot))
+                .or_default();
+            chunk.push(request);
+            if chunk.len() == MAX_GROUPS {
+                let full = std::mem::take(chunk);
+                tokio::spawn(send_attempts(backend.clone(), full));
+            }
+        }
+        for chunk in chunks.into_values().filter(|c| !c.is_empty()) {
+            tokio::spawn(send_attempts(backend.clone(), chunk));
+        }
+    }
+}
+
+/// One backend call for `chunk` (same id, ttl and slot), answering each attempt.
+async fn send_attempts(backend: Backend, chunk: Vec<Attempt>) {
+    let (id, ttl) = (chunk[0].id.clone(), chunk[0].ttl);
+    let groups: Vec<(&str, &GroupKeys)> = chunk.iter().map(|r| (&*r.group, &r.keys)).collect();
+    let answers = backend.acquire_many(&id, ttl, &groups).await;
+    drop(groups);
+    for (r, answer) in chunk.into_iter().zip(answers) {
+        let _ = r.reply.send(answer);
+    }
+}
+
 fn protocol_err(group: &str, reply: &Value) -> Error {
     Error::Protocol {
         group: group.to_owned(),
@@ -261,11 +486,11 @@ mod tests {
         let (tx, _rx) = mpsc::unbounded_channel();
         let batcher = RenewBatcher {
             requests: tx,
-            epoch: Instant::now(),
+            grid: Grid::from_now(),
         };
         let every = Duration::from_secs(5);
         let step = Duration::from_millis(250);
-        let epoch = batcher.epoch;
+        let epoch = batcher.grid.at;
         // Leaders elected at different instants renew on the same grid point.
         let a = batcher.align(epoch + Duration::from_millis(5_010), every);
         let b = batcher.align(epoch + Duration::from_millis(5_240), every);

@@ -1,7 +1,7 @@
 //! The in-memory backend: the lease protocol inside one process, on tokio's clock.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -59,6 +59,11 @@ struct Inner {
     /// Tests: run-once steps apply, but their replies are lost.
     #[cfg(test)]
     lose_once_replies: AtomicBool,
+    /// Acquire calls served (a batch counts once), as a server would count
+    /// script calls.
+    acquire_calls: AtomicU64,
+    /// Balanced leadership's memberships: key → instance id → expiry.
+    members: Mutex<HashMap<String, HashMap<String, Instant>>>,
 }
 
 #[derive(Debug, Default)]
@@ -140,6 +145,8 @@ impl MemoryBackend {
                 #[cfg(test)]
                 lose_once_replies: AtomicBool::new(false),
                 notices,
+                acquire_calls: AtomicU64::new(0),
+                members: Mutex::default(),
             }),
         }
     }
@@ -381,7 +388,45 @@ impl MemoryBackend {
         leases.get(key)
     }
 
-    pub(super) fn acquire(&self, op: &Op<'_>, ttl: Duration) -> Result<Acquire> {
+    /// How many acquire calls this store served (a batch counts once).
+    #[cfg(test)]
+    pub(crate) fn acquire_calls(&self) -> u64 {
+        self.inner.acquire_calls.load(Ordering::SeqCst)
+    }
+
+    /// Refresh `id`'s membership at `key` for `ttl` (`None`: leave), and
+    /// list the live members (`members.lua`).
+    pub(super) fn members(&self, key: &str, id: &str, ttl: Option<Duration>) -> Vec<String> {
+        let mut all = self
+            .inner
+            .members
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let set = all.entry(key.to_owned()).or_default();
+        let now = Instant::now();
+        match ttl {
+            Some(ttl) => set.insert(id.to_owned(), now + ttl),
+            None => set.remove(id),
+        };
+        set.retain(|_, until| *until > now);
+        set.keys().cloned().collect()
+    }
+
+    /// The attempts of `groups` for `id`, as one call.
+    pub(super) fn acquire_many(
+        &self,
+        id: &str,
+        ttl: Duration,
+        groups: &[(&str, &GroupKeys)],
+    ) -> Vec<Result<Acquire>> {
+        self.inner.acquire_calls.fetch_add(1, Ordering::SeqCst);
+        groups
+            .iter()
+            .map(|&(group, keys)| self.acquire_one(&Op { group, keys, id }, ttl))
+            .collect()
+    }
+
+    fn acquire_one(&self, op: &Op<'_>, ttl: Duration) -> Result<Acquire> {
         self.check_available(op.group)?;
         let mut state = self.state();
         // The rule of acquire.lua: a paused group is acquired by nobody.

@@ -23,7 +23,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-pub(crate) use self::batch::slot;
+pub(crate) use self::batch::{slot, AttemptBatcher};
+#[cfg(test)]
+pub(crate) use self::batch::{ATTEMPT_SPREAD, ATTEMPT_STEP};
 pub use self::memory::{MemoryBackend, MemorySnapshot};
 pub(crate) use self::redis::{RedisBackend, RedisConfig, RedisOptions};
 use crate::names::{Control, GroupKeys};
@@ -167,10 +169,57 @@ pub(crate) enum Backend {
 }
 
 impl Backend {
+    /// One group's acquire attempt, alone (the elections batch theirs).
+    #[cfg(test)]
     pub(crate) async fn acquire(&self, op: &Op<'_>, ttl: Duration) -> Result<Acquire> {
+        let mut answers = self.acquire_many(op.id, ttl, &[(op.group, op.keys)]).await;
+        answers
+            .pop()
+            .unwrap_or_else(|| Err(Error::backend(op.group, "no answer")))
+    }
+
+    /// The acquire attempts of `groups` (name, keys) for instance `id`, in
+    /// one call where the backend can (all in one hash slot on a cluster):
+    /// one answer per group, in order, each meaning what an attempt of that group
+    /// would have answered
+    /// alone (`acquire.lua`).
+    pub(crate) async fn acquire_many(
+        &self,
+        id: &str,
+        ttl: Duration,
+        groups: &[(&str, &GroupKeys)],
+    ) -> Vec<Result<Acquire>> {
         match self {
-            Backend::Redis(b) => b.acquire(op, ttl).await,
-            Backend::Memory(b) => b.acquire(op, ttl),
+            Backend::Redis(b) => b.acquire_many(id, ttl, groups).await,
+            Backend::Memory(b) => b.acquire_many(id, ttl, groups),
+        }
+    }
+
+    /// Refresh `id`'s membership at `key` for `ttl` and list the live
+    /// members (balanced leadership: `members.lua`).
+    pub(crate) async fn members(&self, key: &str, id: &str, ttl: Duration) -> Result<Vec<String>> {
+        match self {
+            Backend::Redis(b) => b.members(key, id, Some(ttl)).await,
+            Backend::Memory(b) => Ok(b.members(key, id, Some(ttl))),
+        }
+    }
+
+    /// End `id`'s membership at `key`.
+    pub(crate) async fn leave(&self, key: &str, id: &str) -> Result<()> {
+        match self {
+            Backend::Redis(b) => b.members(key, id, None).await.map(drop),
+            Backend::Memory(b) => {
+                b.members(key, id, None);
+                Ok(())
+            }
+        }
+    }
+
+    /// Whether calls must keep their keys in one hash slot (Redis Cluster).
+    pub(crate) fn is_cluster(&self) -> bool {
+        match self {
+            Backend::Redis(b) => b.is_cluster(),
+            Backend::Memory(_) => false,
         }
     }
 

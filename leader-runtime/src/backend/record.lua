@@ -1,5 +1,6 @@
--- record.lua: helpers of the lease scripts, prepended to acquire, renew,
--- renew_many and release (Redis scripts cannot include one another).
+-- record.lua: helpers of the lease scripts, prepended to acquire,
+-- acquire_many, renew, renew_many and release (Redis scripts cannot include
+-- one another).
 --
 -- The pause key of a group ({prefix}:{group}:paused, a hash, no expiry)
 -- exists while an operator paused the group fleet-wide: no acquire succeeds
@@ -125,4 +126,61 @@ local function renew_one(lease, record, pause, id, now, ttl, run)
   redis.call('PEXPIRE', lease, ttl)
   redis.call('HSET', record, 'until', string.format('%d', math.max(ms(f[1]), now + ttl)))
   return 1
+end
+
+-- The server's time and identity, read at most once per script call, and
+-- only when a group needs them (a follower's refused attempt reads neither):
+-- clock() returns {now = unix ms, now_us = unix µs (decimal string), run}.
+local function script_clock()
+  local c
+  return function()
+    if not c then
+      local now, now_us = server_now()
+      c = {now = now, now_us = now_us, run = this_run()}
+    end
+    return c
+  end
+end
+
+-- Acquire the lease at lease (record at record, pause key pause) for id for
+-- ttl ms (ttl_arg: the same, as the caller's string), or re-claim our own;
+-- clock: a script_clock(). Returns acquire.lua's reply (a table), or nil and
+-- an error message when the record is malformed (nothing written then).
+local function acquire_one(lease, record, pause, id, ttl, ttl_arg, clock)
+  if paused(pause) then return {2, 'paused'} end
+  local holder = redis.call('GET', lease)
+  if holder and holder ~= id then
+    return {0, holder, redis.call('PTTL', lease)}
+  end
+  local c = clock()
+  local now, now_us, run = c.now, c.now_us, c.run
+  local rec, err = read_record(record)
+  if err then return nil, err end
+
+  local vouched = rec ~= nil and rec.run == run
+  local wait, why, prior = ttl, 'first', now + ttl
+  if rec and not vouched then
+    why = 'unvouched'
+  elseif vouched then
+    -- A re-claim waits only for the holders before us.
+    local earlier = holder and rec.prior or rec['until']
+    wait, why, prior = math.max(0, earlier - now), 'early', rec['until']
+    if wait == 0 then why = '' end
+  end
+
+  -- max(last + 1, now in µs): strictly greater than every earlier token, also
+  -- after Redis lost the record.
+  local token = now_us
+  if rec and not greater(now_us, rec.token) then
+    if rec.token == MAX_TOKEN then
+      return nil, 'ERR lease record ' .. record .. ': tokens exhausted'
+    end
+    token = plus_one(rec.token)
+  end
+
+  if rec and rec.legacy then redis.call('DEL', record) end
+  redis.call('HSET', record, 'token', token, 'until', string.format('%d', math.max(prior, now + ttl)),
+    'prior', string.format('%d', prior), 'run', run)
+  redis.call('SET', lease, id, 'PX', ttl_arg)
+  return {1, token, wait, why}
 end

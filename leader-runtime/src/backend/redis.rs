@@ -404,7 +404,9 @@ pub(crate) struct RedisBackend {
 /// restarted (script cache emptied) server needs.
 struct Scripts {
     acquire: Script,
+    acquire_many: Script,
     release: Script,
+    members: Script,
 }
 
 impl RedisBackend {
@@ -464,10 +466,15 @@ impl RedisBackend {
                     include_str!("record.lua"),
                     include_str!("acquire.lua")
                 )),
+                acquire_many: Script::new(concat!(
+                    include_str!("record.lua"),
+                    include_str!("acquire_many.lua")
+                )),
                 release: Script::new(concat!(
                     include_str!("record.lua"),
                     include_str!("release.lua")
                 )),
+                members: Script::new(include_str!("members.lua")),
             }),
             min_replicas: config.options.min_replicas,
             wait_timeout: (call_timeout / 2).max(Duration::from_millis(1)),
@@ -492,6 +499,83 @@ impl RedisBackend {
             .await
             .map_err(|e| backend_err(op.group, &e))?;
         parse_acquire(op.group, reply)
+    }
+
+    /// Refresh `id`'s membership at `key` for `ttl` (`None`: leave), and
+    /// list the live members.
+    pub(super) async fn members(
+        &self,
+        key: &str,
+        id: &str,
+        ttl: Option<Duration>,
+    ) -> Result<Vec<String>> {
+        let reply: Value = self
+            .scripts
+            .members
+            .key(key)
+            .arg(id)
+            .arg(ttl.map_or(0, millis))
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(|e| backend_err("members", &e))?;
+        match reply {
+            Value::Array(items) => items
+                .into_iter()
+                .map(|item| match item {
+                    Value::BulkString(id) => Ok(String::from_utf8_lossy(&id).into_owned()),
+                    other => Err(protocol_err("members", "members", &other)),
+                })
+                .collect(),
+            other => Err(protocol_err("members", "members", &other)),
+        }
+    }
+
+    /// The attempts of `groups` for `id`: one `acquire_many.lua` call (one
+    /// `acquire.lua` call for a single group). With `min_replicas`, each
+    /// group's acquire is confirmed on its own (`WAIT` covers a connection's
+    /// writes, and an unconfirmed wait is remembered per group).
+    pub(super) async fn acquire_many(
+        &self,
+        id: &str,
+        ttl: Duration,
+        groups: &[(&str, &GroupKeys)],
+    ) -> Vec<Result<Acquire>> {
+        if self.min_replicas > 0 || groups.len() == 1 {
+            let each = groups.iter().map(|&(group, keys)| async move {
+                self.acquire(&Op { group, keys, id }, ttl).await
+            });
+            return futures_util::future::join_all(each).await;
+        }
+        let mut call = self.scripts.acquire_many.prepare_invoke();
+        for (_, keys) in groups {
+            call.key(&keys.lease).key(&keys.record).key(&keys.paused);
+        }
+        call.arg(id).arg(millis(ttl));
+        let reply: redis::RedisResult<Value> = call.invoke_async(&mut self.conn.clone()).await;
+        let items = match reply {
+            Ok(Value::Array(items)) if items.len() == groups.len() => items,
+            Ok(other) => {
+                return groups
+                    .iter()
+                    .map(|(group, _)| Err(protocol_err(group, "acquire_many", &other)))
+                    .collect()
+            }
+            Err(e) => {
+                return groups
+                    .iter()
+                    .map(|(group, _)| Err(backend_err(group, &e)))
+                    .collect()
+            }
+        };
+        groups
+            .iter()
+            .zip(items)
+            .map(|(&(group, _), item)| match item {
+                // That group's own error (the script reports it as a string).
+                Value::BulkString(e) => Err(Error::backend(group, String::from_utf8_lossy(&e))),
+                reply => parse_acquire(group, reply),
+            })
+            .collect()
     }
 
     /// Acquire, then `WAIT` for `min_replicas` replicas, pipelined on one
@@ -576,9 +660,15 @@ impl RedisBackend {
             Acquire::Paused => Ok(Acquire::Paused),
         }
     }
+
     /// The command connection (cheap to clone), for fenced writes.
     pub(super) fn conn(&self) -> Conn {
         self.conn.clone()
+    }
+
+    /// Whether keys of one call must share a hash slot (Redis Cluster).
+    pub(super) fn is_cluster(&self) -> bool {
+        matches!(self.conn, Conn::Cluster(_))
     }
 
     pub(super) async fn renew(&self, op: &Op<'_>, ttl: Duration) -> Result<Renew> {

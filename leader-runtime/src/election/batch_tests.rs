@@ -1,0 +1,116 @@
+//! Batched follower attempts on the in-memory backend with paused time: the
+//! attempts of groups due together share one backend call, and every group
+//! keeps its own rules (safe-start waits, release notices, eligibility).
+
+use std::time::Duration;
+
+use tokio::time::{sleep, Instant};
+
+use crate::backend::{ATTEMPT_SPREAD, ATTEMPT_STEP};
+use crate::test_support::{instance, settle, TTL};
+use crate::{MemoryBackend, Runtime};
+
+const GROUPS: usize = 50;
+
+fn names() -> Vec<String> {
+    (0..GROUPS).map(|i| format!("g{i}")).collect()
+}
+
+/// `a` leads every group (elected at one instant), `b` follows them all.
+async fn a_leads_b_follows(mem: &MemoryBackend) -> (Runtime, Runtime) {
+    let (a, b) = (instance(mem, "a"), instance(mem, "b"));
+    for g in names() {
+        assert!(a.run_if_leader(&g, || async {}).await.is_some(), "{g}");
+    }
+    for g in names() {
+        assert!(b.run_if_leader(&g, || async {}).await.is_none(), "{g}");
+    }
+    (a, b)
+}
+
+fn attempts(rt: &Runtime, group: &str) -> u64 {
+    rt.stats(group).unwrap().acquire_attempts
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_follower_of_many_groups_makes_one_call_per_expiry() {
+    let mem = MemoryBackend::new();
+    let (a, b) = a_leads_b_follows(&mem).await;
+    let calls_before = mem.acquire_calls();
+    let attempts_before: u64 = names().iter().map(|g| attempts(&b, g)).sum();
+    sleep(Duration::from_secs(600)).await;
+    let calls = mem.acquire_calls() - calls_before;
+    let attempted: u64 = names().iter().map(|g| attempts(&b, g)).sum::<u64>() - attempts_before;
+    // Every group still attempts about once per (ttl - renew) ... ttl.
+    let per_group = attempted / GROUPS as u64;
+    assert!((150..=320).contains(&per_group), "{per_group}");
+    // ... but all of b's groups go in one call: their leases were renewed
+    // together, so they expire together (a's own calls: none, it leads).
+    assert_eq!(calls, per_group, "{calls} calls for {attempted} attempts");
+    assert!(names().iter().all(|g| a.is_leader(g) && !b.is_leader(g)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn release_notices_hand_every_group_over_at_once_in_a_few_calls() {
+    let mem = MemoryBackend::new();
+    let (a, b) = a_leads_b_follows(&mem).await;
+    let calls_before = mem.acquire_calls();
+    let stopped_at = Instant::now();
+    a.shutdown().await;
+    settle().await;
+    // One round trip: no time passed, every group is b's.
+    assert_eq!(Instant::now(), stopped_at);
+    for g in names() {
+        assert!(b.is_leader(&g), "{g}");
+    }
+    // The notices came in one burst: far fewer calls than groups.
+    let calls = mem.acquire_calls() - calls_before;
+    assert!(calls <= 5, "{calls} calls for {GROUPS} handovers");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_safe_start_wait_holds_for_every_group_of_a_batch() {
+    let mem = MemoryBackend::new();
+    let (a, b) = a_leads_b_follows(&mem).await;
+    // Redis lost its data: every lease and record is gone. The next leader
+    // of each group must wait one ttl before its view begins.
+    mem.flush();
+    let flushed_at = Instant::now();
+    // Until one ttl after the flush, nobody's view may be true.
+    let deadline = flushed_at + TTL - Duration::from_millis(1);
+    while Instant::now() < deadline {
+        for g in names() {
+            assert!(!b.is_leader(&g), "{g} at {:?}", Instant::now() - flushed_at);
+            // a's view of the earlier lease ends at its valid_until (before
+            // the flush + ttl); a new view of a waits too.
+            let _ = a.is_leader(&g);
+        }
+        sleep(Duration::from_millis(100)).await;
+    }
+    // Then every group has exactly one leader again.
+    sleep(TTL * 2).await;
+    for g in names() {
+        assert!(a.is_leader(&g) ^ b.is_leader(&g), "{g}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_ineligible_group_stays_out_of_the_batches_of_the_others() {
+    let mem = MemoryBackend::new();
+    let (a, b) = a_leads_b_follows(&mem).await;
+    b.set_eligible("g0", false).await.unwrap();
+    let (g0, g1) = (attempts(&b, "g0"), attempts(&b, "g1"));
+    sleep(Duration::from_secs(60)).await;
+    assert_eq!(attempts(&b, "g0"), g0, "no attempts out of the race");
+    assert!(attempts(&b, "g1") >= g1 + 15);
+    // Back in the race; a hands over: b takes g0 too.
+    b.set_eligible("g0", true).await.unwrap();
+    a.shutdown().await;
+    settle().await;
+    assert!(b.is_leader("g0") && b.is_leader("g1"));
+}
+
+#[test]
+fn the_attempt_grid_adds_at_most_one_step_and_the_spread() {
+    assert_eq!(ATTEMPT_STEP + ATTEMPT_SPREAD, Duration::from_millis(15));
+}

@@ -1,0 +1,212 @@
+//! Follower attempts of many groups go to Redis in batches: with G groups led
+//! by one instance and F followers, Redis sees a few script calls per lease
+//! expiry per follower (as the model in BENCHMARKS.md says), not G per
+//! follower; and when the leader goes silent, every group still fails over
+//! to exactly one follower within about one ttl.
+
+use std::time::Duration;
+
+use leader_runtime::{Config, Runtime};
+use leader_testkit::{FaultProxy, RedisServer, Reply};
+use tokio::time::{sleep, timeout, Instant};
+
+const TTL: Duration = Duration::from_millis(1500);
+const RENEW: Duration = Duration::from_millis(300);
+const GROUPS: usize = 200;
+const FOLLOWERS: usize = 3;
+
+fn instance(url: String, id: &str) -> Runtime {
+    Runtime::new(
+        Config::builder()
+            .redis_url(url)
+            .ttl(TTL)
+            .renew_interval(RENEW)
+            .instance_id(id)
+            .build()
+            .unwrap(),
+    )
+    .unwrap()
+}
+
+fn names() -> Vec<String> {
+    (0..GROUPS).map(|i| format!("g{i}")).collect()
+}
+
+async fn evalsha_calls(server: &RedisServer) -> u64 {
+    let info = server.cmd(&["INFO", "commandstats"]).await.unwrap();
+    let Reply::Bulk(text) = &info else {
+        panic!("{info:?}")
+    };
+    text.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:"))
+        .and_then(|l| l.split(',').find_map(|f| f.strip_prefix("calls=")))
+        .map_or(0, |c| c.parse().unwrap())
+}
+
+#[tokio::test]
+async fn followers_of_many_groups_cost_a_few_calls_per_expiry_and_still_fail_over() {
+    let server = RedisServer::start().await.unwrap();
+    // The leader talks to Redis through a proxy, to go silent later.
+    let proxy = FaultProxy::start(server.addr()).await.unwrap();
+    let leader = instance(proxy.url(), "leader");
+    for g in names() {
+        leader.is_leader(&g);
+    }
+    // First election on a new server: each view turns true one ttl after its acquisition.
+    let led = timeout(TTL * 4, async {
+        while !names().iter().all(|g| leader.is_leader(g)) {
+            sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(led.is_ok(), "not every group led\n{}", server.report());
+    let followers: Vec<Runtime> = (0..FOLLOWERS)
+        .map(|i| instance(server.url(), &format!("f{i}")))
+        .collect();
+    for f in &followers {
+        for g in names() {
+            assert!(f.run_if_leader(&g, || async {}).await.is_none(), "{g}");
+        }
+    }
+    // Settle (renew grid, first expiries), then count over a window.
+    sleep(TTL * 2).await;
+    server.cmd(&["CONFIG", "RESETSTAT"]).await.unwrap();
+    let attempts = |rt: &Runtime| -> u64 {
+        names()
+            .iter()
+            .map(|g| rt.stats(g).unwrap().acquire_attempts)
+            .sum()
+    };
+    let before: u64 = followers.iter().map(attempts).sum();
+    let window = Duration::from_secs(6);
+    sleep(window).await;
+    let calls = evalsha_calls(&server).await;
+    let attempted = followers.iter().map(attempts).sum::<u64>() - before;
+    // The model (BENCHMARKS.md): the leader renews its 200 groups in one call
+    // per renew tick, on at most 2 grid points per tick while the groups'
+    // first elections straddled a grid step; each follower wakes once per
+    // expiry of those leases, at most once per (ttl - renew), again on at
+    // most 2 grid points, and asks for every group due in one call.
+    let ticks = window.as_millis() / RENEW.as_millis() + 1;
+    let wakes = window.as_millis() / (TTL - RENEW).as_millis() + 1;
+    let model = (2 * ticks + 2 * FOLLOWERS as u128 * wakes) as u64;
+    // One attempt per group per (ttl - renew) ... ttl, each follower.
+    assert!(
+        attempted >= (FOLLOWERS * GROUPS * 3) as u64,
+        "{attempted} attempts\n{}",
+        server.report()
+    );
+    assert!(
+        calls <= model,
+        "{calls} script calls (model: at most {model}) for {attempted} follower attempts\n{}",
+        server.report()
+    );
+
+    // The leader goes silent (as if killed): no renewal, no release.
+    let silent_at = Instant::now();
+    proxy.blackhole();
+    let mut overlaps = 0;
+    let failed_over = timeout(TTL * 3, async {
+        loop {
+            let mut all = true;
+            for g in names() {
+                let leaders = followers.iter().filter(|f| f.is_leader(&g)).count()
+                    + usize::from(leader.is_leader(&g));
+                if leaders > 1 {
+                    overlaps += 1;
+                }
+                all &= leaders == 1 && !leader.is_leader(&g);
+            }
+            if all {
+                return;
+            }
+            sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    let after = silent_at.elapsed();
+    assert!(
+        failed_over.is_ok(),
+        "not every group failed over\n{}",
+        server.report()
+    );
+    assert_eq!(overlaps, 0, "two leaders of one group at once");
+    // The last renewal was before the silence: the leases expire within one
+    // ttl, and the followers ask within 15 ms of that (plus scheduling on a
+    // loaded test machine: the bench measures the tail).
+    assert!(after < TTL + Duration::from_millis(700), "{after:?}");
+    for f in &followers {
+        f.shutdown().await;
+    }
+}
+
+#[tokio::test]
+async fn a_paused_group_in_a_batch_is_acquired_by_nobody() {
+    let server = RedisServer::start().await.unwrap();
+    let leader = instance(server.url(), "leader");
+    let groups: Vec<String> = (0..20).map(|i| format!("p{i}")).collect();
+    for g in &groups {
+        leader.is_leader(g);
+    }
+    let led = timeout(TTL * 4, async {
+        while !groups.iter().all(|g| leader.is_leader(g)) {
+            sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(led.is_ok(), "not every group led\n{}", server.report());
+    let followers: Vec<Runtime> = (0..2)
+        .map(|i| instance(server.url(), &format!("f{i}")))
+        .collect();
+    for f in &followers {
+        for g in &groups {
+            assert!(f.run_if_leader(g, || async {}).await.is_none(), "{g}");
+        }
+    }
+    // Paused fleet-wide (the key alone, no notice): the leader hands p3 over
+    // at its next renewal; the followers' batched attempts, which carry p3
+    // with the others, are answered `paused` for p3 alone.
+    server
+        .cmd(&[
+            "HSET",
+            "leader:{p3}:paused",
+            "by",
+            "test",
+            "at",
+            "0",
+            "reason",
+            "",
+        ])
+        .await
+        .unwrap();
+    sleep(TTL * 3).await;
+    assert!(!leader.is_leader("p3"));
+    for f in &followers {
+        assert!(!f.is_leader("p3"), "a follower took a paused group");
+        let status = f.status();
+        assert!(
+            status.iter().any(|s| s.group == "p3" && s.paused),
+            "{status:?}"
+        );
+    }
+    for g in groups.iter().filter(|g| g.as_str() != "p3") {
+        assert!(leader.is_leader(g), "{g}");
+    }
+    // Resumed: someone leads p3 again.
+    server.cmd(&["DEL", "leader:{p3}:paused"]).await.unwrap();
+    let back = timeout(TTL * 3, async {
+        while !(leader.is_leader("p3") || followers.iter().any(|f| f.is_leader("p3"))) {
+            sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(
+        back.is_ok(),
+        "nobody led p3 after the resume\n{}",
+        server.report()
+    );
+    for f in &followers {
+        f.shutdown().await;
+    }
+    leader.shutdown().await;
+}
