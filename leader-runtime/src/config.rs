@@ -327,7 +327,8 @@ impl ConfigBuilder {
     /// writes can still be lost if replicas restart without persistence. Use
     /// the fencing token for correctness; this narrows the window. While a
     /// `WAIT` blocks, other groups' commands on the same connection queue
-    /// behind it.
+    /// behind it; follower attempts due together share one `WAIT` per
+    /// batched call (each win is confirmed, or not, as a lone one would be).
     pub fn min_replicas(mut self, n: u32) -> Self {
         self.redis.min_replicas = n;
         self

@@ -202,3 +202,168 @@ async fn a_paused_reply_does_not_forget_an_unconfirmed_acquisition() {
     assert!(took >= ttl, "led {took:?} after the resume: no safe start");
     b.shutdown().await;
 }
+
+/// How many times `primary` ran `command` since its last `CONFIG RESETSTAT`.
+async fn calls(primary: &RedisServer, command: &str) -> u64 {
+    let info = primary.cmd(&["INFO", "commandstats"]).await.unwrap();
+    let info = info.as_str().unwrap_or_default().to_owned();
+    info.lines()
+        .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:")))
+        .and_then(|l| l.split(',').find_map(|f| f.strip_prefix("calls=")))
+        .map_or(0, |c| c.parse().unwrap())
+}
+
+/// Waits until `rt` leads every one of `groups`.
+async fn leads_all(rt: &Runtime, groups: &[String], within: Duration) -> bool {
+    timeout(within, async {
+        while !groups.iter().all(|g| rt.is_leader(g)) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .is_ok()
+}
+
+#[tokio::test]
+async fn a_batch_of_attempts_waits_for_the_replicas_once() {
+    let (primary, replica) = primary_with_replica().await;
+    let groups: Vec<String> = (0..50).map(|i| format!("m{i}")).collect();
+    primary.cmd(&["CONFIG", "RESETSTAT"]).await.unwrap();
+    let a = instance(&primary, "a", 1);
+    for g in &groups {
+        a.is_leader(g);
+    }
+    // First elections on a new server: each view turns true one ttl after
+    // its acquisition.
+    assert!(
+        leads_all(&a, &groups, TTL * 4).await,
+        "not every group led\n{}",
+        primary.report()
+    );
+    // Each acquire call is pipelined with one `WAIT` (renewals wait for
+    // nothing): the 50 first attempts went in a few batched calls, not 50.
+    let waits = calls(&primary, "wait").await;
+    assert!(
+        (1..=5).contains(&waits),
+        "{waits} WAIT calls for 50 attempts\n{}",
+        primary.report()
+    );
+    // Each group led once its lease was on the replica.
+    for g in &groups {
+        let key = format!("leader:{{{g}}}:lease");
+        assert_eq!(replica.cmd(&["GET", &key]).await.unwrap(), "a", "{g}");
+    }
+    a.shutdown().await;
+}
+
+#[tokio::test]
+async fn unconfirmed_wins_in_a_batch_make_each_next_win_wait_one_ttl() {
+    let (primary, replica) = primary_with_replica().await;
+    let ttl = Duration::from_secs(2);
+    let groups: Vec<String> = (0..20).map(|i| format!("u{i}")).collect();
+    // The replica hangs: every acquisition goes unconfirmed (the records
+    // they wrote may be lost in a failover). A call timeout long enough for
+    // `WAIT` to answer.
+    replica.pause().unwrap();
+    let b = Runtime::new(
+        Config::builder()
+            .redis_url(primary.url())
+            .ttl(ttl)
+            .renew_interval(RENEW)
+            .retry_interval(Duration::from_millis(200))
+            .call_timeout(Duration::from_millis(800))
+            .instance_id("b")
+            .min_replicas(1)
+            .build()
+            .unwrap(),
+    )
+    .unwrap();
+    let mut events = b.subscribe();
+    for g in &groups {
+        b.is_leader(g);
+    }
+    let all_unconfirmed = |b: &Runtime| {
+        let status = b.status();
+        groups.iter().all(|g| {
+            status.iter().any(|s| {
+                &s.group == g
+                    && s.last_error
+                        .as_deref()
+                        .is_some_and(|e| e.contains("only 0 of min_replicas 1"))
+            })
+        })
+    };
+    timeout(ttl * 3, async {
+        while !all_unconfirmed(&b) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("every unconfirmed acquisition is reported");
+    // Paused (the keys alone): the next attempts answer "paused", which
+    // must not forget the unconfirmed acquisitions.
+    for g in &groups {
+        let key = format!("leader:{{{g}}}:paused");
+        primary.cmd(&["HSET", &key, "by", "test"]).await.unwrap();
+    }
+    timeout(ttl * 2, async {
+        while !groups
+            .iter()
+            .all(|g| b.status().iter().any(|s| &s.group == g && s.paused))
+        {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("b sees every pause");
+    // The replica is back, and b's last leases expire meanwhile.
+    replica.resume().unwrap();
+    timeout(ttl * 2, async {
+        for g in &groups {
+            let key = format!("leader:{{{g}}}:lease");
+            while !primary.cmd(&["GET", &key]).await.unwrap().is_nil() {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    })
+    .await
+    .expect("the unconfirmed leases expire");
+    while events.try_recv().is_ok() {}
+    primary.cmd(&["CONFIG", "RESETSTAT"]).await.unwrap();
+    let keys: Vec<String> = groups
+        .iter()
+        .map(|g| format!("leader:{{{g}}}:paused"))
+        .collect();
+    let mut del = vec!["DEL"];
+    del.extend(keys.iter().map(String::as_str));
+    primary.cmd(&del).await.unwrap();
+    let resumed = Instant::now();
+    // The records of the unconfirmed acquisitions may not be on the
+    // replica: each next win waits one ttl, the "paused" replies in between
+    // notwithstanding (without the rule: no wait, the leases expired).
+    let mut elected = std::collections::HashMap::new();
+    timeout(ttl * 4, async {
+        while elected.len() < groups.len() {
+            if let Event::Elected { group, .. } = events.recv().await.unwrap() {
+                elected.entry(group).or_insert_with(|| resumed.elapsed());
+            }
+        }
+    })
+    .await
+    .expect("b leads every group again once the replica acknowledges");
+    for (group, took) in &elected {
+        assert!(
+            *took >= ttl,
+            "{group} led {took:?} after the resume: no safe start"
+        );
+    }
+    // Those wins were batched: one `WAIT` per acquire call.
+    let waits = calls(&primary, "wait").await;
+    assert!(
+        waits < groups.len() as u64 / 2,
+        "{waits} WAIT calls for {} wins\n{}",
+        groups.len(),
+        primary.report()
+    );
+    b.shutdown().await;
+}

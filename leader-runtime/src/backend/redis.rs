@@ -531,27 +531,41 @@ impl RedisBackend {
     }
 
     /// The attempts of `groups` for `id`: one `acquire_many.lua` call (one
-    /// `acquire.lua` call for a single group). With `min_replicas`, each
-    /// group's acquire is confirmed on its own (`WAIT` covers a connection's
-    /// writes, and an unconfirmed wait is remembered per group).
+    /// `acquire.lua` call for a single group). With `min_replicas`, the call
+    /// is pipelined with one `WAIT`, and each group's win is confirmed by
+    /// its result as a lone acquire's would be (`confirm`).
     pub(super) async fn acquire_many(
         &self,
         id: &str,
         ttl: Duration,
         groups: &[(&str, &GroupKeys)],
     ) -> Vec<Result<Acquire>> {
-        if self.min_replicas > 0 || groups.len() == 1 {
-            let each = groups.iter().map(|&(group, keys)| async move {
-                self.acquire(&Op { group, keys, id }, ttl).await
-            });
-            return futures_util::future::join_all(each).await;
+        if let [(group, keys)] = groups {
+            return vec![self.acquire(&Op { group, keys, id }, ttl).await];
         }
-        let mut call = self.scripts.acquire_many.prepare_invoke();
-        for (_, keys) in groups {
-            call.key(&keys.lease).key(&keys.record).key(&keys.paused);
-        }
-        call.arg(id).arg(millis(ttl));
-        let reply: redis::RedisResult<Value> = call.invoke_async(&mut self.conn.clone()).await;
+        let keys: Vec<&str> = groups
+            .iter()
+            .flat_map(|(_, k)| [&*k.lease, &*k.record, &*k.paused])
+            .collect();
+        let script = &self.scripts.acquire_many;
+        let (reply, acks) = if self.min_replicas > 0 {
+            match self.invoke_and_wait(script, &keys, id, ttl).await {
+                Ok((reply, acks)) => (Ok(reply), Some(acks)),
+                Err(failed) => {
+                    return groups
+                        .iter()
+                        .map(|(group, _)| Err(failed.error(group, "acquire_many + WAIT")))
+                        .collect()
+                }
+            }
+        } else {
+            let mut call = script.prepare_invoke();
+            for key in &keys {
+                call.key(*key);
+            }
+            call.arg(id).arg(millis(ttl));
+            (call.invoke_async(&mut self.conn.clone()).await, None)
+        };
         let items = match reply {
             Ok(Value::Array(items)) if items.len() == groups.len() => items,
             Ok(other) => {
@@ -570,10 +584,16 @@ impl RedisBackend {
         groups
             .iter()
             .zip(items)
-            .map(|(&(group, _), item)| match item {
-                // That group's own error (the script reports it as a string).
-                Value::BulkString(e) => Err(Error::backend(group, String::from_utf8_lossy(&e))),
-                reply => parse_acquire(group, reply),
+            .map(|(&(group, _), item)| {
+                let acquired = match item {
+                    // That group's own error (the script reports it as a string).
+                    Value::BulkString(e) => Err(Error::backend(group, String::from_utf8_lossy(&e))),
+                    reply => parse_acquire(group, reply),
+                }?;
+                match &acks {
+                    Some(acks) => self.confirm(group, acquired, acks, ttl),
+                    None => Ok(acquired),
+                }
             })
             .collect()
     }
@@ -581,42 +601,68 @@ impl RedisBackend {
     /// Acquire, then `WAIT` for `min_replicas` replicas, pipelined on one
     /// connection so that the `WAIT` covers the acquire's writes.
     async fn acquire_confirmed(&self, op: &Op<'_>, ttl: Duration) -> Result<Acquire> {
-        let script = &self.scripts.acquire;
+        let keys = [&*op.keys.lease, &*op.keys.record, &*op.keys.paused];
+        let (reply, acks) = self
+            .invoke_and_wait(&self.scripts.acquire, &keys, op.id, ttl)
+            .await
+            .map_err(|failed| failed.error(op.group, "acquire + WAIT"))?;
+        let acquired = parse_acquire(op.group, reply)?;
+        self.confirm(op.group, acquired, &acks, ttl)
+    }
+
+    /// `script` (an acquire script) on `keys` with our `id` and `ttl`, then
+    /// `WAIT` for `min_replicas` replicas, pipelined on one connection so
+    /// that the `WAIT` covers the script's writes: the script's reply and
+    /// `WAIT`'s (either may be an error value).
+    async fn invoke_and_wait(
+        &self,
+        script: &Script,
+        keys: &[&str],
+        id: &str,
+        ttl: Duration,
+    ) -> std::result::Result<(Value, Value), WaitFailed> {
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
         pipe.cmd("EVALSHA")
             .arg(script.get_hash())
-            .arg(3)
-            .arg(&op.keys.lease)
-            .arg(&op.keys.record)
-            .arg(&op.keys.paused)
-            .arg(op.id)
+            .arg(keys.len())
+            .arg(keys)
+            .arg(id)
             .arg(millis(ttl));
         pipe.cmd("WAIT")
             .arg(self.min_replicas)
             .arg(millis(self.wait_timeout));
         let mut conn = self.conn.clone();
-        let err = |e: redis::RedisError| backend_err(op.group, &e);
         let mut loaded = false;
-        let (reply, acks) = loop {
-            let replies: Vec<Value> = pipe.query_async(&mut conn).await.map_err(err)?;
+        loop {
+            let replies: Vec<Value> = pipe.query_async(&mut conn).await?;
             let [reply, acks]: [Value; 2] = replies
                 .try_into()
-                .map_err(|r| protocol_err(op.group, "acquire + WAIT", &Value::Array(r)))?;
+                .map_err(|r| WaitFailed::Protocol(Value::Array(r)))?;
             match reply.extract_error() {
                 Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) && !loaded => {
-                    script
-                        .prepare_invoke()
-                        .load_async(&mut conn)
-                        .await
-                        .map_err(err)?;
+                    script.prepare_invoke().load_async(&mut conn).await?;
                     loaded = true;
                 }
-                Err(e) => return Err(err(e)),
-                Ok(reply) => break (reply, acks),
+                Err(e) => return Err(e.into()),
+                Ok(reply) => return Ok((reply, acks)),
             }
-        };
-        let acquired = parse_acquire(op.group, reply)?;
+        }
+    }
+
+    /// The `min_replicas` rule for one group's `acquired` reply, given the
+    /// reply of the `WAIT` that followed it: a win counts only once enough
+    /// replicas acknowledged it. A win that had to wait (a safe start) but
+    /// was not confirmed may have written a record the replicas lack, so the
+    /// group's next win waits one ttl; a refusal clears that, a paused reply
+    /// does not.
+    fn confirm(
+        &self,
+        group: &str,
+        acquired: Acquire,
+        acks: &Value,
+        ttl: Duration,
+    ) -> Result<Acquire> {
         let mut unconfirmed = self
             .unconfirmed_waits
             .lock()
@@ -627,19 +673,20 @@ impl RedisBackend {
                 mut wait,
                 mut why,
             } => {
-                if unconfirmed.contains(op.group) && wait < ttl {
+                if unconfirmed.contains(group) && wait < ttl {
                     (wait, why) = (ttl, SafeStart::Unvouched);
                 }
-                let acks = match acks.extract_error().map_err(err)? {
-                    Value::Int(n) => n,
-                    other => return Err(protocol_err(op.group, "WAIT", &other)),
+                let acks = match acks.clone().extract_error() {
+                    Ok(Value::Int(n)) => n,
+                    Ok(other) => return Err(protocol_err(group, "WAIT", &other)),
+                    Err(e) => return Err(backend_err(group, &e)),
                 };
                 if acks < i64::from(self.min_replicas) {
                     if why != SafeStart::No {
-                        unconfirmed.insert(op.group.to_owned());
+                        unconfirmed.insert(group.to_owned());
                     }
                     return Err(Error::backend(
-                        op.group,
+                        group,
                         format!(
                             "acquired the lease, but only {acks} of min_replicas {} replicas \
                              acknowledged it within {:?}; not leading until enough do",
@@ -647,11 +694,11 @@ impl RedisBackend {
                         ),
                     ));
                 }
-                unconfirmed.remove(op.group);
+                unconfirmed.remove(group);
                 Ok(Acquire::Won { token, wait, why })
             }
             held @ Acquire::Held { .. } => {
-                unconfirmed.remove(op.group);
+                unconfirmed.remove(group);
                 Ok(held)
             }
             // The script returned before reading the lease: says nothing of
@@ -935,6 +982,29 @@ fn backend_message(message: &str) -> Error {
     Error::Connection {
         message: message.to_owned(),
         source: None,
+    }
+}
+
+/// Why a script + `WAIT` pipeline gave no script reply.
+enum WaitFailed {
+    Redis(redis::RedisError),
+    /// Not the two replies sent for.
+    Protocol(Value),
+}
+
+impl From<redis::RedisError> for WaitFailed {
+    fn from(e: redis::RedisError) -> Self {
+        Self::Redis(e)
+    }
+}
+
+impl WaitFailed {
+    /// The error of `group`'s call, `op`.
+    fn error(&self, group: &str, op: &str) -> Error {
+        match self {
+            Self::Redis(e) => backend_err(group, e),
+            Self::Protocol(reply) => protocol_err(group, op, reply),
+        }
     }
 }
 
