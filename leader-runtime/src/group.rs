@@ -12,8 +12,8 @@ use arc_swap::ArcSwapOption;
 use tokio::sync::{oneshot, Notify, SetOnce};
 use tokio::time::Instant;
 
+use crate::backend::fence::Target;
 use crate::clock;
-use crate::fence;
 use crate::lease::{Lease, Tenure};
 use crate::stats::Counters;
 use crate::status::{GroupStatus, Observed};
@@ -49,7 +49,7 @@ pub(crate) struct Group {
     /// What the status page shows.
     pub(crate) observed: Observed,
     /// Where the fenced writes of this group's leaderships go.
-    pub(crate) fence: OnceLock<Arc<fence::Target>>,
+    pub(crate) fence: OnceLock<Arc<Target>>,
 }
 
 /// The local view of the current leadership: the gate's atomics, and the
