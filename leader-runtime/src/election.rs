@@ -499,9 +499,3 @@ mod eligibility_tests;
 
 #[cfg(test)]
 mod partial_loss_tests;
-
-#[cfg(test)]
-mod inside_body_tests;
-
-#[cfg(test)]
-mod bounds_tests;

@@ -565,6 +565,7 @@ mod gate;
 mod gate_future;
 mod global;
 mod group;
+mod in_flight;
 mod jitter;
 mod lease;
 mod metrics;

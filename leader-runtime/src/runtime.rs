@@ -740,3 +740,9 @@ fn notice_sink(shared: Weak<Shared>) -> NoticeSink {
         }
     })
 }
+
+#[cfg(test)]
+mod inside_body_tests;
+
+#[cfg(test)]
+mod forget_tests;
