@@ -20,9 +20,9 @@
 //!   it counts in on the first thread's slot and out on the second's. Slots
 //!   wrap, and only their sum means anything.
 //! - Without `membarrier` (not Linux, or a kernel or sandbox without
-//!   `MEMBARRIER_CMD_PRIVATE_EXPEDITED`), every change is a `SeqCst`
-//!   `fetch_add` on the thread's slot and the heavy side a `SeqCst` fence:
-//!   the old cost, the same argument with fences on both sides.
+//!   `MEMBARRIER_CMD_PRIVATE_EXPEDITED`), no thread takes a slot: every
+//!   change is a `SeqCst` `fetch_add` on the shared slot and the heavy side
+//!   a `SeqCst` fence, the old cost and the plain Dekker argument.
 //!
 //! # Why a drain never misses an admitted run
 //!
@@ -70,6 +70,8 @@ use std::sync::atomic::{compiler_fence, fence, AtomicBool, AtomicU32, Ordering::
 /// How many threads can own a slot at the same time (31, plus the shared
 /// slot 0: 128 bytes a group).
 pub(crate) const SLOTS: usize = 31;
+// An index masked with `SLOTS` is in bounds.
+const _: () = assert!((SLOTS + 1).is_power_of_two());
 
 /// The in-flight count of one group, one slot per owning thread.
 pub(crate) struct InFlight {
@@ -101,8 +103,11 @@ impl InFlight {
     #[inline]
     fn add(&self, n: u32) {
         let own = own_slot();
-        let slot = &self.slots[own];
-        if own != SHARED && asymmetric() {
+        // `own` is at most `SLOTS`: the mask only spares a bounds check.
+        let slot = &self.slots[own & SLOTS];
+        if own != SHARED {
+            // Only threads that took a slot of their own while `membarrier`
+            // was available get here (see `take_slot`).
             // The only writer of this slot: no `lock` prefix needed. A
             // `Release` store (a plain one on x86): a drain that reads it
             // also sees what the body did before it counted out.
@@ -185,46 +190,61 @@ const UNTAKEN: u8 = u8::MAX;
 /// Bit `n` set: slot `n + 1` is owned by a live thread.
 static TAKEN: AtomicU32 = AtomicU32::new(0);
 
-/// This thread's slot; given back when the thread exits.
-struct OwnSlot(Cell<u8>);
+thread_local! {
+    /// This thread's slot index. No destructor, so reading it is one load
+    /// (a thread-local with a destructor checks its state on every access)
+    /// and it stays readable while the thread's thread-locals are destroyed.
+    static OWN: Cell<u8> = const { Cell::new(UNTAKEN) };
+    /// Gives the slot back when the thread exits: set when one is taken.
+    static GIVE_BACK: GiveBack = const { GiveBack(Cell::new(false)) };
+}
 
-impl Drop for OwnSlot {
+/// Frees this thread's slot on exit; later changes on this thread (other
+/// thread-locals' destructors) use the shared slot.
+struct GiveBack(Cell<bool>);
+
+impl Drop for GiveBack {
     fn drop(&mut self) {
-        let own = self.0.get();
-        if own != UNTAKEN && usize::from(own) != SHARED {
+        if self.0.get() {
+            let own = OWN.replace(SHARED as u8);
             TAKEN.fetch_and(!(1 << (own - 1)), Release);
         }
     }
 }
 
-thread_local! {
-    static OWN: OwnSlot = const { OwnSlot(Cell::new(UNTAKEN)) };
-}
-
 /// This thread's slot index (0: the shared one).
 #[inline]
 fn own_slot() -> usize {
-    OWN.try_with(|own| match own.0.get() {
-        UNTAKEN => take_slot(own),
-        n => usize::from(n),
-    })
-    .unwrap_or(SHARED)
+    match OWN.get() {
+        UNTAKEN => take_slot(),
+        own => usize::from(own),
+    }
 }
 
+/// Take a free slot, or the shared one: when all are taken, or without
+/// `membarrier` (every change is then a read-modify-write anyway).
 #[cold]
-fn take_slot(own: &OwnSlot) -> usize {
-    let mut taken = TAKEN.load(Relaxed);
-    let slot = loop {
-        let free = (!taken).trailing_zeros() as usize;
-        if free >= SLOTS {
-            break SHARED;
+fn take_slot() -> usize {
+    let mut slot = SHARED;
+    if asymmetric() {
+        let mut taken = TAKEN.load(Relaxed);
+        while (!taken).trailing_zeros() < SLOTS as u32 {
+            let free = (!taken).trailing_zeros();
+            match TAKEN.compare_exchange_weak(taken, taken | (1 << free), Acquire, Relaxed) {
+                Ok(_) => {
+                    slot = free as usize + 1;
+                    break;
+                }
+                Err(now) => taken = now,
+            }
         }
-        match TAKEN.compare_exchange_weak(taken, taken | (1 << free), Acquire, Relaxed) {
-            Ok(_) => break free + 1,
-            Err(now) => taken = now,
-        }
-    };
-    own.0.set(slot as u8);
+    }
+    if slot != SHARED && GIVE_BACK.try_with(|g| g.0.set(true)).is_err() {
+        // The thread is exiting: nothing would give the slot back.
+        TAKEN.fetch_and(!(1 << (slot - 1)), Release);
+        slot = SHARED;
+    }
+    OWN.set(slot as u8);
     slot
 }
 
@@ -258,13 +278,18 @@ mod tests {
     }
 
     /// A thread gives its slot back when it exits: a hundred short-lived
-    /// threads in a row each get one of their own.
+    /// threads in a row each get one of their own (where `membarrier` is
+    /// available: otherwise none takes one).
     #[test]
     fn exited_threads_give_their_slot_back() {
+        let _count = InFlight::new();
+        if !asymmetric() {
+            return;
+        }
         for _ in 0..100 {
             let slot = std::thread::spawn(|| {
                 InFlight::new().enter();
-                OWN.with(|own| own.0.get())
+                OWN.get()
             })
             .join()
             .unwrap();

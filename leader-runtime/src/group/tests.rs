@@ -159,7 +159,7 @@ async fn a_drain_waits_for_every_body_admitted_on_any_thread() {
     let group = a.registered(G).unwrap();
     let running = Arc::new(AtomicUsize::new(0));
     let admitted = Arc::new(AtomicUsize::new(0));
-    for round in 0..50 {
+    for round in 0..20 {
         let stop = Arc::new(AtomicBool::new(false));
         let callers: Vec<_> = (0..8)
             .map(|_| {
@@ -200,11 +200,13 @@ async fn a_drain_waits_for_every_body_admitted_on_any_thread() {
             0,
             "round {round}: a body still ran after the drain"
         );
-        assert_eq!(group.runs.in_flight(), 0);
         stop.store(true, SeqCst);
         for caller in callers {
             caller.await.unwrap();
         }
+        // Refused calls count in and out while the drain ends: the count is
+        // exact once they stopped.
+        assert_eq!(group.runs.in_flight(), 0);
         group.runs.admitting.store(true, SeqCst);
     }
     a.shutdown().await;
