@@ -368,7 +368,9 @@ impl Control {
         self.forgotten.store(true, SeqCst);
     }
 
-    /// Whether the group was removed from its runtime's registry.
+    /// Whether the group was removed from its runtime's registry. On the
+    /// gate's path (a call site's cache check): inlined into the expansion.
+    #[inline]
     pub(crate) fn is_forgotten(&self) -> bool {
         self.forgotten.load(SeqCst)
     }
