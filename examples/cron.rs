@@ -7,8 +7,8 @@
 //!
 //! ```text
 //! redis-server --port 6379 &
-//! cargo run --example cron    # terminal 1
-//! cargo run --example cron    # terminal 2
+//! cargo run --example cron --features cron    # terminal 1
+//! cargo run --example cron --features cron    # terminal 2
 //! ```
 //!
 //! Ctrl-C (or SIGTERM) the one that works: it releases its lease on the way

@@ -4,8 +4,8 @@
 //! the row before.
 //!
 //! ```text
-//! cargo run --example fenced_postgres
-//! DATABASE_URL=postgres://user@host:5432/db cargo run --example fenced_postgres
+//! cargo run --example fenced_postgres --features postgres
+//! DATABASE_URL=postgres://user@host:5432/db cargo run --example fenced_postgres --features postgres
 //! ```
 //!
 //! Needs a PostgreSQL (default `postgres://postgres@127.0.0.1:5432/test`);

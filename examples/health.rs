@@ -17,7 +17,7 @@
 //! ```
 //!
 //! `HEALTH_ADDR` sets the listening address (default `127.0.0.1:8080`).
-//! `tests/health.rs` runs this server in-process and asks it over HTTP.
+//! `e2e/tests/health.rs` runs this server in-process and asks it over HTTP.
 
 use std::fmt::Write as _;
 use std::time::Duration;

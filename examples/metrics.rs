@@ -6,7 +6,7 @@
 //! pass the lease around, then the exporter renders what they recorded:
 //!
 //! ```text
-//! cargo run --example metrics
+//! cargo run --example metrics --features metrics
 //! ```
 //!
 //! In a service, serve `handle.render()` on `/metrics` (e.g. next to

@@ -14,52 +14,14 @@ pub(crate) type ElectedCallback = Arc<dyn Fn(&str, &Lease) + Send + Sync>;
 pub(crate) type LostCallback = Arc<dyn Fn(&str, LostReason) + Send + Sync>;
 
 /// Default lease length.
-///
-/// # Examples
-///
-/// ```
-/// use leader_runtime::{Config, MemoryBackend, DEFAULT_TTL};
-///
-/// let config = Config::builder().memory(MemoryBackend::new()).build()?;
-/// assert_eq!(config.ttl(), DEFAULT_TTL);
-/// # Ok::<(), leader_runtime::Error>(())
-/// ```
 pub const DEFAULT_TTL: Duration = Duration::from_secs(15);
-/// Default heartbeat while leader.
-///
-/// # Examples
-///
-/// ```
-/// use leader_runtime::{Config, MemoryBackend, DEFAULT_RENEW_INTERVAL};
-///
-/// let config = Config::builder().memory(MemoryBackend::new()).build()?;
-/// assert_eq!(config.renew_interval(), DEFAULT_RENEW_INTERVAL);
-/// # Ok::<(), leader_runtime::Error>(())
-/// ```
+/// Default heartbeat while leader with the default ttl: one third of
+/// [`DEFAULT_TTL`]. With another ttl the default is that ttl / 3.
 pub const DEFAULT_RENEW_INTERVAL: Duration = Duration::from_secs(5);
-/// Default follower retry pace when nothing tells it sooner.
-///
-/// # Examples
-///
-/// ```
-/// use leader_runtime::{Config, MemoryBackend, DEFAULT_RETRY_INTERVAL};
-///
-/// let config = Config::builder().memory(MemoryBackend::new()).build()?;
-/// assert_eq!(config.retry_interval(), DEFAULT_RETRY_INTERVAL);
-/// # Ok::<(), leader_runtime::Error>(())
-/// ```
+/// Default follower retry pace when nothing tells it sooner; with a ttl
+/// under 6 s the default is ttl / 3 instead.
 pub const DEFAULT_RETRY_INTERVAL: Duration = Duration::from_secs(2);
 /// Default key prefix.
-///
-/// # Examples
-///
-/// ```
-/// use leader_runtime::{Config, MemoryBackend, DEFAULT_KEY_PREFIX};
-///
-/// let config = Config::builder().memory(MemoryBackend::new()).build()?;
-/// assert_eq!(config.key_prefix(), DEFAULT_KEY_PREFIX);
-/// # Ok::<(), leader_runtime::Error>(())
-/// ```
 pub const DEFAULT_KEY_PREFIX: &str = "leader";
 
 /// Where leases live.
@@ -70,22 +32,6 @@ pub(crate) enum BackendConfig {
 }
 
 /// The runtime's configuration; make one with [`Config::builder`].
-///
-/// # Examples
-///
-/// ```
-/// use std::time::Duration;
-/// use leader_runtime::{Config, MemoryBackend};
-///
-/// let config = Config::builder()
-///     .memory(MemoryBackend::new())
-///     .ttl(Duration::from_secs(3))
-///     .renew_interval(Duration::from_secs(1))
-///     .instance_id("api-7")
-///     .build()?;
-/// assert_eq!(config.ttl(), Duration::from_secs(3));
-/// # Ok::<(), leader_runtime::Error>(())
-/// ```
 #[derive(Clone)]
 pub struct Config {
     pub(crate) backend: BackendConfig,
@@ -102,146 +48,42 @@ pub struct Config {
 
 impl Config {
     /// Start building a configuration.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use leader_runtime::{Config, MemoryBackend};
-    ///
-    /// let config = Config::builder()
-    ///     .memory(MemoryBackend::new())
-    ///     .ttl(Duration::from_secs(10))
-    ///     .build()?;
-    /// assert_eq!(config.ttl(), Duration::from_secs(10));
-    /// # Ok::<(), leader_runtime::Error>(())
-    /// ```
     pub fn builder() -> ConfigBuilder {
         ConfigBuilder::default()
     }
 
     /// Lease length: how long the lease lives on the server after the last
     /// successful acquire or renew, and so the bound on crash failover.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use leader_runtime::{Config, MemoryBackend};
-    ///
-    /// let config = Config::builder().memory(MemoryBackend::new()).ttl(Duration::from_secs(30)).build()?;
-    /// assert_eq!(config.ttl(), Duration::from_secs(30));
-    /// # Ok::<(), leader_runtime::Error>(())
-    /// ```
     pub fn ttl(&self) -> Duration {
         self.ttl
     }
 
     /// How often the leader renews its lease.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use leader_runtime::{Config, MemoryBackend};
-    ///
-    /// let config = Config::builder()
-    ///     .memory(MemoryBackend::new())
-    ///     .renew_interval(Duration::from_secs(3))
-    ///     .build()?;
-    /// assert_eq!(config.renew_interval(), Duration::from_secs(3));
-    /// # Ok::<(), leader_runtime::Error>(())
-    /// ```
     pub fn renew_interval(&self) -> Duration {
         self.renew_interval
     }
 
     /// How often a follower retries when nothing tells it sooner.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use leader_runtime::{Config, MemoryBackend};
-    ///
-    /// let config = Config::builder()
-    ///     .memory(MemoryBackend::new())
-    ///     .retry_interval(Duration::from_millis(500))
-    ///     .build()?;
-    /// assert_eq!(config.retry_interval(), Duration::from_millis(500));
-    /// # Ok::<(), leader_runtime::Error>(())
-    /// ```
     pub fn retry_interval(&self) -> Duration {
         self.retry_interval
     }
 
     /// Longest wait for any one backend call.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use leader_runtime::{Config, MemoryBackend};
-    ///
-    /// // Default: the smaller of 2 s and half of ttl - renew_interval.
-    /// let config = Config::builder()
-    ///     .memory(MemoryBackend::new())
-    ///     .ttl(Duration::from_secs(3))
-    ///     .renew_interval(Duration::from_secs(1))
-    ///     .build()?;
-    /// assert_eq!(config.call_timeout(), Duration::from_secs(1));
-    /// # Ok::<(), leader_runtime::Error>(())
-    /// ```
     pub fn call_timeout(&self) -> Duration {
         self.call_timeout
     }
 
     /// How much earlier than the server the local view ends (clock drift allowance).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use leader_runtime::{Config, MemoryBackend};
-    ///
-    /// // Default: 1% of ttl + 2 ms.
-    /// let config = Config::builder().memory(MemoryBackend::new()).ttl(Duration::from_secs(10)).build()?;
-    /// assert_eq!(config.drift_margin(), Duration::from_millis(102));
-    /// # Ok::<(), leader_runtime::Error>(())
-    /// ```
     pub fn drift_margin(&self) -> Duration {
         self.drift_margin
     }
 
     /// This instance's id, as stored in the lease.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use leader_runtime::{Config, MemoryBackend};
-    ///
-    /// let config = Config::builder().memory(MemoryBackend::new()).instance_id("api-7").build()?;
-    /// assert_eq!(config.instance_id(), "api-7");
-    /// // The default is `hostname:pid:random`.
-    /// let default = Config::builder().memory(MemoryBackend::new()).build()?;
-    /// assert_eq!(default.instance_id().matches(':').count(), 2);
-    /// # Ok::<(), leader_runtime::Error>(())
-    /// ```
     pub fn instance_id(&self) -> &str {
         &self.instance_id
     }
 
     /// The prefix of every key.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use leader_runtime::{Config, MemoryBackend};
-    ///
-    /// let config = Config::builder().memory(MemoryBackend::new()).key_prefix("billing").build()?;
-    /// assert_eq!(config.key_prefix(), "billing"); // keys: billing:{<group>}:lease, …
-    /// # Ok::<(), leader_runtime::Error>(())
-    /// ```
     pub fn key_prefix(&self) -> &str {
         &self.key_prefix
     }
@@ -269,24 +111,41 @@ impl fmt::Debug for Config {
 /// Builder of [`Config`]; every setter is optional except the backend
 /// ([`redis_url`](Self::redis_url), [`redis_cluster_urls`](Self::redis_cluster_urls),
 /// [`redis_sentinel`](Self::redis_sentinel) or [`memory`](Self::memory)).
-#[derive(Default)]
-#[must_use]
+///
+/// The timings follow the `ttl`: set the lease length alone and the renew
+/// interval, retry interval, call timeout and drift margin are derived from
+/// it (see [`build`](Self::build)); set any of them to override it. Every
+/// rule is checked in [`build`](Self::build), which names the field that
+/// broke one.
 ///
 /// # Examples
 ///
 /// ```
 /// use std::time::Duration;
-/// use leader_runtime::Config;
+/// use leader_runtime::{Config, Error, MemoryBackend};
 ///
+/// // Redis (no connection is made before the first election).
 /// let config = Config::builder()
-///     .redis_url("redis://127.0.0.1:6379")
-///     .ttl(Duration::from_secs(10))
-///     .renew_interval(Duration::from_secs(3))
+///     .redis_url("redis://leader-app:s3cret@127.0.0.1:6379/0")
+///     .ttl(Duration::from_secs(6)) // crash failover within 6 s
+///     .instance_id("api-7")
 ///     .key_prefix("billing")
 ///     .build()?;
-/// assert_eq!(config.key_prefix(), "billing");
+/// assert_eq!(config.renew_interval(), Duration::from_secs(2)); // ttl / 3
+/// assert!(!format!("{config:?}").contains("s3cret")); // never shown
+///
+/// // In memory, for tests; an explicit renew interval must stay below the ttl.
+/// let err = Config::builder()
+///     .memory(MemoryBackend::new())
+///     .ttl(Duration::from_secs(2))
+///     .renew_interval(Duration::from_secs(2))
+///     .build()
+///     .unwrap_err();
+/// assert!(matches!(err, Error::Config { field: "renew_interval", .. }));
 /// # Ok::<(), leader_runtime::Error>(())
 /// ```
+#[derive(Default)]
+#[must_use]
 pub struct ConfigBuilder {
     backend: Option<BackendConfig>,
     redis: RedisOptions,
@@ -313,23 +172,11 @@ impl ConfigBuilder {
     /// never appear in an [`Error`], in `Debug` output or in logs.
     ///
     /// An ACL user needs, for the default key prefix `leader`:
-    /// `~leader:* &leader:released +evalsha +eval +script|load +get +set
+    /// `~leader:* &leader:released &leader:control +evalsha +eval +script|load +get +set
     /// +pexpire +pttl +del +time +info +type +hmget +hset +publish +subscribe
     /// +ping` (plus `+wait` with [`min_replicas`](Self::min_replicas)); the
     /// scripts' own calls are checked against the user's rules too.
     /// DEPLOYING.md in the repository lists every command and why.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use leader_runtime::Config;
-    ///
-    /// let config = Config::builder()
-    ///     .redis_url("redis://leader-app:s3cret@redis.internal:6379/0")
-    ///     .build()?;
-    /// assert!(!format!("{config:?}").contains("s3cret"));
-    /// # Ok::<(), leader_runtime::Error>(())
-    /// ```
     pub fn redis_url(mut self, url: impl Into<String>) -> Self {
         self.backend = Some(BackendConfig::Redis(RedisConfig::standalone(url.into())));
         self
@@ -350,21 +197,6 @@ impl ConfigBuilder {
     ///
     /// An ACL user needs the rules listed at [`redis_url`](Self::redis_url)
     /// plus `+cluster|slots` (the client reads the slot map with it).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use leader_runtime::Config;
-    ///
-    /// let config = Config::builder()
-    ///     .redis_cluster_urls([
-    ///         "redis://:s3cret@10.0.0.1:7000",
-    ///         "redis://:s3cret@10.0.0.2:7000",
-    ///         "redis://:s3cret@10.0.0.3:7000",
-    ///     ])
-    ///     .build()?;
-    /// # Ok::<(), leader_runtime::Error>(())
-    /// ```
     pub fn redis_cluster_urls<I, S>(mut self, urls: I) -> Self
     where
         I: IntoIterator<Item = S>,
@@ -385,9 +217,8 @@ impl ConfigBuilder {
     ///   sentinels). The master's own credentials are set with
     ///   [`sentinel_master_auth`](Self::sentinel_master_auth). A database in
     ///   the URLs (`redis://s1:26379/2`) selects the master's database.
-    /// - **TLS.** [`tls_ca_certs`](Self::tls_ca_certs) and
-    ///   [`tls_client_cert`](Self::tls_client_cert) apply to the sentinels
-    ///   and the master alike.
+    /// - **TLS.** `tls_ca_certs` and `tls_client_cert` (feature `tls`)
+    ///   apply to the sentinels and the master alike.
     /// - **Failover.** The master is looked up (`SENTINEL MASTERS`, then
     ///   `ROLE` on the named node) when the first call needs it, and again
     ///   after any call on it failed, timed out, or was answered `READONLY`
@@ -404,22 +235,6 @@ impl ConfigBuilder {
     /// [`redis_url`](Self::redis_url) plus `+role` (the client checks that
     /// the node it was sent to is the master); a sentinel ACL user needs
     /// `+sentinel|masters +role`.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use leader_runtime::Config;
-    ///
-    /// let config = Config::builder()
-    ///     .redis_sentinel(
-    ///         "mymaster",
-    ///         ["redis://10.0.0.1:26379", "redis://10.0.0.2:26379", "redis://10.0.0.3:26379"],
-    ///     )
-    ///     .sentinel_master_auth("leader-app", "s3cret")
-    ///     .build()?;
-    /// assert!(!format!("{config:?}").contains("s3cret"));
-    /// # Ok::<(), leader_runtime::Error>(())
-    /// ```
     pub fn redis_sentinel<I, S>(mut self, master_name: impl Into<String>, sentinel_urls: I) -> Self
     where
         I: IntoIterator<Item = S>,
@@ -437,19 +252,6 @@ impl ConfigBuilder {
     /// finds: `AUTH username password` (Redis 6 ACL), or `AUTH password`
     /// when `username` is empty (`requirepass`). Only for Sentinel; with
     /// [`redis_url`](Self::redis_url) the credentials go in the URL.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use leader_runtime::Config;
-    ///
-    /// // The master has `requirepass s3cret`; the sentinels need no password.
-    /// let config = Config::builder()
-    ///     .redis_sentinel("mymaster", ["redis://sentinel-0:26379", "redis://sentinel-1:26379"])
-    ///     .sentinel_master_auth("", "s3cret")
-    ///     .build()?;
-    /// # Ok::<(), leader_runtime::Error>(())
-    /// ```
     pub fn sentinel_master_auth(
         mut self,
         username: impl Into<String>,
@@ -462,19 +264,8 @@ impl ConfigBuilder {
     /// Trust these CA certificates (PEM, one or more) for `rediss://`
     /// connections instead of the system's roots. Without it, the server's
     /// certificate must chain to a root the system trusts.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// use leader_runtime::Config;
-    ///
-    /// let config = Config::builder()
-    ///     .redis_url("rediss://redis.internal:6380")
-    ///     .tls_ca_certs(std::fs::read("/etc/redis/ca.crt").unwrap())
-    ///     .build()?;
-    /// # Ok::<(), leader_runtime::Error>(())
-    /// ```
     #[cfg(feature = "tls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
     pub fn tls_ca_certs(mut self, pem: impl Into<Vec<u8>>) -> Self {
         self.redis.tls_ca = Some(pem.into());
         self
@@ -483,20 +274,8 @@ impl ConfigBuilder {
     /// Present this client certificate chain and private key (PEM) on
     /// `rediss://` connections, for servers that verify clients
     /// (`tls-auth-clients yes`).
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// use leader_runtime::Config;
-    ///
-    /// let config = Config::builder()
-    ///     .redis_url("rediss://redis.internal:6380")
-    ///     .tls_ca_certs(std::fs::read("ca.crt").unwrap())
-    ///     .tls_client_cert(std::fs::read("client.crt").unwrap(), std::fs::read("client.key").unwrap())
-    ///     .build()?;
-    /// # Ok::<(), leader_runtime::Error>(())
-    /// ```
     #[cfg(feature = "tls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
     pub fn tls_client_cert(
         mut self,
         cert_pem: impl Into<Vec<u8>>,
@@ -525,18 +304,6 @@ impl ConfigBuilder {
     /// the fencing token for correctness; this narrows the window. While a
     /// `WAIT` blocks, other groups' commands on the same connection queue
     /// behind it.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use leader_runtime::Config;
-    ///
-    /// let config = Config::builder()
-    ///     .redis_url("redis://redis-primary:6379")
-    ///     .min_replicas(1)
-    ///     .build()?;
-    /// # Ok::<(), leader_runtime::Error>(())
-    /// ```
     pub fn min_replicas(mut self, n: u32) -> Self {
         self.redis.min_replicas = n;
         self
@@ -544,85 +311,28 @@ impl ConfigBuilder {
 
     /// Keep leases in an in-process [`MemoryBackend`]; share one between
     /// several runtimes to play several instances.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use leader_runtime::{Config, MemoryBackend, Runtime};
-    ///
-    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), leader_runtime::Error> {
-    /// let shared = MemoryBackend::new();
-    /// let a = Runtime::new(Config::builder().memory(shared.clone()).instance_id("a").build()?)?;
-    /// let b = Runtime::new(Config::builder().memory(shared).instance_id("b").build()?)?;
-    /// assert!(a.run_if_leader("jobs", || async {}).await.is_some());
-    /// assert!(b.run_if_leader("jobs", || async {}).await.is_none()); // one lease, shared
-    /// # Ok(()) }
-    /// ```
     pub fn memory(mut self, backend: MemoryBackend) -> Self {
         self.backend = Some(BackendConfig::Memory(backend));
         self
     }
 
-    /// Lease length (default 15 s): the crash failover bound.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use leader_runtime::{Config, MemoryBackend};
-    ///
-    /// // A leader that crashes is replaced within 6 s.
-    /// let config = Config::builder()
-    ///     .memory(MemoryBackend::new())
-    ///     .ttl(Duration::from_secs(6))
-    ///     .renew_interval(Duration::from_secs(2))
-    ///     .build()?;
-    /// assert_eq!(config.ttl(), Duration::from_secs(6));
-    /// # Ok::<(), leader_runtime::Error>(())
-    /// ```
+    /// Lease length (default 15 s): the crash failover bound. The timings
+    /// not set explicitly follow it (see [`build`](Self::build)).
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.ttl = Some(ttl);
         self
     }
 
-    /// Heartbeat while leader (default 5 s); must be shorter than `ttl`.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use leader_runtime::{Config, MemoryBackend};
-    ///
-    /// let err = Config::builder()
-    ///     .memory(MemoryBackend::new())
-    ///     .ttl(Duration::from_secs(5))
-    ///     .renew_interval(Duration::from_secs(5))
-    ///     .build()
-    ///     .unwrap_err();
-    /// assert!(err.to_string().contains("renew_interval"));
-    /// # Ok::<(), leader_runtime::Error>(())
-    /// ```
+    /// Heartbeat while leader (default `ttl / 3`: 5 s with the default
+    /// ttl); must be shorter than `ttl`.
     pub fn renew_interval(mut self, interval: Duration) -> Self {
         self.renew_interval = Some(interval);
         self
     }
 
-    /// Follower retry pace when nothing tells it sooner (default 2 s): after
-    /// an error, or while the release-notice connection is down.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use leader_runtime::{Config, MemoryBackend};
-    ///
-    /// let config = Config::builder()
-    ///     .memory(MemoryBackend::new())
-    ///     .retry_interval(Duration::from_millis(500))
-    ///     .build()?;
-    /// assert_eq!(config.retry_interval(), Duration::from_millis(500));
-    /// # Ok::<(), leader_runtime::Error>(())
-    /// ```
+    /// Follower retry pace when nothing tells it sooner (default: the
+    /// smaller of 2 s and `ttl / 3`): after an error, or while the
+    /// release-notice connection is down.
     pub fn retry_interval(mut self, interval: Duration) -> Self {
         self.retry_interval = Some(interval);
         self
@@ -632,50 +342,13 @@ impl ConfigBuilder {
     /// half of `ttl - renew_interval`). `renew_interval + call_timeout` must
     /// fit inside `ttl` minus the drift margin, so a slow renew still lands
     /// before the lease expires.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use leader_runtime::{Config, MemoryBackend};
-    ///
-    /// let config = Config::builder()
-    ///     .memory(MemoryBackend::new())
-    ///     .call_timeout(Duration::from_millis(800))
-    ///     .build()?;
-    /// assert_eq!(config.call_timeout(), Duration::from_millis(800));
-    /// // Too long to fit a renew inside the lease: an error naming the field.
-    /// let err = Config::builder()
-    ///     .memory(MemoryBackend::new())
-    ///     .call_timeout(Duration::from_secs(10))
-    ///     .build()
-    ///     .unwrap_err();
-    /// assert!(err.to_string().contains("call_timeout"));
-    /// # Ok::<(), leader_runtime::Error>(())
-    /// ```
     pub fn call_timeout(mut self, timeout: Duration) -> Self {
         self.call_timeout = Some(timeout);
         self
     }
 
     /// How much earlier than the server the local view ends (default 1% of
-    /// `ttl` + 2 ms); must be smaller than `ttl`.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use leader_runtime::{Config, MemoryBackend};
-    ///
-    /// // Hosts whose clocks may run up to 5% fast: end the view earlier.
-    /// let config = Config::builder()
-    ///     .memory(MemoryBackend::new())
-    ///     .ttl(Duration::from_secs(10))
-    ///     .drift_margin(Duration::from_millis(500))
-    ///     .build()?;
-    /// assert_eq!(config.drift_margin(), Duration::from_millis(500));
-    /// # Ok::<(), leader_runtime::Error>(())
-    /// ```
+    /// `ttl` + 2 ms); must be smaller than `ttl - renew_interval`.
     pub fn drift_margin(mut self, margin: Duration) -> Self {
         self.drift_margin = Some(margin);
         self
@@ -683,35 +356,12 @@ impl ConfigBuilder {
 
     /// This instance's id in the lease (default `hostname:pid:random`).
     /// Must be unique in the fleet: two instances with one id share a lease.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use leader_runtime::{Config, MemoryBackend};
-    ///
-    /// let pod = std::env::var("POD_NAME").unwrap_or_else(|_| "api-7".to_owned());
-    /// let config = Config::builder().memory(MemoryBackend::new()).instance_id(pod).build()?;
-    /// assert!(!config.instance_id().is_empty());
-    /// # Ok::<(), leader_runtime::Error>(())
-    /// ```
     pub fn instance_id(mut self, id: impl Into<String>) -> Self {
         self.instance_id = Some(id.into());
         self
     }
 
     /// Prefix of every key (default `"leader"`).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use leader_runtime::{Config, MemoryBackend};
-    ///
-    /// // Two applications on one Redis, each with its own leases.
-    /// let config = Config::builder().memory(MemoryBackend::new()).key_prefix("billing").build()?;
-    /// assert_eq!(config.key_prefix(), "billing");
-    /// assert!(Config::builder().memory(MemoryBackend::new()).key_prefix("a b").build().is_err());
-    /// # Ok::<(), leader_runtime::Error>(())
-    /// ```
     pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
         self.key_prefix = Some(prefix.into());
         self
@@ -719,19 +369,6 @@ impl ConfigBuilder {
 
     /// Called (on a thread of its own, in order, never blocking an election) when this
     /// instance becomes leader of a group.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use leader_runtime::{Config, MemoryBackend};
-    ///
-    /// let config = Config::builder()
-    ///     .memory(MemoryBackend::new())
-    ///     .on_elected(|group, lease| println!("now leading {group} with token {}", lease.token()))
-    ///     .build()?;
-    /// # drop(config);
-    /// # Ok::<(), leader_runtime::Error>(())
-    /// ```
     pub fn on_elected(mut self, f: impl Fn(&str, &Lease) + Send + Sync + 'static) -> Self {
         self.on_elected = Some(Arc::new(f));
         self
@@ -739,23 +376,6 @@ impl ConfigBuilder {
 
     /// Called (on the same thread as [`on_elected`](Self::on_elected)) when
     /// this instance stops leading a group, with the reason.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use leader_runtime::{Config, LostReason, MemoryBackend};
-    ///
-    /// let config = Config::builder()
-    ///     .memory(MemoryBackend::new())
-    ///     .on_lost(|group, reason| {
-    ///         if reason == LostReason::Expired {
-    ///             eprintln!("lost {group}: could not renew in time");
-    ///         }
-    ///     })
-    ///     .build()?;
-    /// # drop(config);
-    /// # Ok::<(), leader_runtime::Error>(())
-    /// ```
     pub fn on_lost(mut self, f: impl Fn(&str, LostReason) + Send + Sync + 'static) -> Self {
         self.on_lost = Some(Arc::new(f));
         self
@@ -763,32 +383,41 @@ impl ConfigBuilder {
 
     /// Validate and build.
     ///
-    /// # Examples
+    /// Timings not set explicitly are derived from the `ttl` (15 s unless
+    /// set), so that setting the ttl alone always builds:
     ///
-    /// ```
-    /// use std::time::Duration;
-    /// use leader_runtime::{Config, MemoryBackend};
-    ///
-    /// let config = Config::builder().memory(MemoryBackend::new()).build()?;
-    /// assert_eq!(config.ttl(), Duration::from_secs(15));
-    /// let missing_backend = Config::builder().build();
-    /// assert!(matches!(missing_backend, Err(leader_runtime::Error::Config { field: "redis_url", .. })));
-    /// # Ok::<(), leader_runtime::Error>(())
-    /// ```
+    /// | timing | default | with the default ttl |
+    /// | --- | --- | --- |
+    /// | `renew_interval` | `ttl / 3` | 5 s |
+    /// | `retry_interval` | the smaller of 2 s and `ttl / 3` | 2 s |
+    /// | `drift_margin` | 1% of `ttl` + 2 ms | 152 ms |
+    /// | `call_timeout` | the smallest of 2 s, `(ttl - renew_interval) / 2` and `ttl - drift_margin - renew_interval` | 2 s |
     ///
     /// # Errors
     ///
-    /// [`Error::Config`] naming the field and the rule when: no backend is
-    /// set; a Redis URL does not parse, uses `rediss://` without the `tls`
-    /// feature, or (in a cluster, or among sentinels) differs from the others
-    /// in scheme or credentials; the Sentinel master name is empty or has
-    /// spaces; `sentinel_master_auth` is set without `redis_sentinel`; TLS certificates are set but do not parse, or the URLs
-    /// are not `rediss://`; Redis-only options are set on the memory
-    /// backend; a duration is zero;
-    /// `renew_interval >= ttl`; `renew_interval + call_timeout` does not fit
-    /// inside `ttl - drift_margin`; the drift margin is not smaller than `ttl`;
-    /// the instance id is empty, longer than 256 bytes or has control
-    /// characters; the key prefix is not `[A-Za-z0-9._:-]{1,128}`.
+    /// [`Error::Config`] naming the field (the builder method) and the rule
+    /// it broke, when:
+    ///
+    /// - no backend is set;
+    /// - a Redis URL does not parse, uses `rediss://` without the `tls`
+    ///   feature, or (in a cluster, or among sentinels) differs from the
+    ///   others in scheme or credentials; a cluster URL names a database
+    ///   other than 0;
+    /// - the Sentinel master name is empty or has spaces;
+    ///   `sentinel_master_auth` is set without `redis_sentinel`;
+    /// - TLS certificates are set but do not parse, or the URLs are not
+    ///   `rediss://`;
+    /// - Redis-only options are set on the memory backend;
+    /// - a duration is zero, or `ttl` is under 10 ms;
+    /// - `renew_interval >= ttl` (explicit values are checked, never
+    ///   adjusted);
+    /// - `drift_margin >= ttl - renew_interval`;
+    /// - `renew_interval + call_timeout` does not fit inside
+    ///   `ttl - drift_margin` (a slow renew must still land before the lease
+    ///   expires);
+    /// - the instance id is empty, longer than 256 bytes or has control
+    ///   characters;
+    /// - the key prefix is not `[A-Za-z0-9._:-]{1,128}`.
     pub fn build(self) -> Result<Config> {
         let backend = self.backend.ok_or_else(|| {
             Error::config(
@@ -809,8 +438,12 @@ impl ConfigBuilder {
             }
         }
         let ttl = self.ttl.unwrap_or(DEFAULT_TTL);
-        let renew_interval = self.renew_interval.unwrap_or(DEFAULT_RENEW_INTERVAL);
-        let retry_interval = self.retry_interval.unwrap_or(DEFAULT_RETRY_INTERVAL);
+        // Timings not given follow the ttl (the constants are their values
+        // at the default ttl).
+        let renew_interval = self.renew_interval.unwrap_or(ttl / 3);
+        let retry_interval = self
+            .retry_interval
+            .unwrap_or(DEFAULT_RETRY_INTERVAL.min(ttl / 3));
         non_zero("ttl", ttl)?;
         non_zero("renew_interval", renew_interval)?;
         non_zero("retry_interval", retry_interval)?;
@@ -945,6 +578,10 @@ mod tests {
             field_of(Config::builder().redis_url("not a url")),
             "redis_url"
         );
+        assert_eq!(
+            field_of(Config::builder().redis_cluster_urls(["redis://h:1/3"])),
+            "redis_cluster_urls"
+        );
         assert_eq!(field_of(mem().ttl(Duration::ZERO)), "ttl");
         assert_eq!(
             field_of(mem().renew_interval(Duration::ZERO)),
@@ -984,6 +621,67 @@ mod tests {
             .to_string();
         assert!(err.contains("`renew_interval`"), "{err}");
         assert!(err.contains("shorter than ttl"), "{err}");
+    }
+
+    #[test]
+    fn timings_follow_a_ttl_set_alone() {
+        let ms = Duration::from_millis;
+        let c = mem().ttl(Duration::from_secs(2)).build().unwrap();
+        let third = Duration::from_secs(2) / 3;
+        assert_eq!(c.renew_interval(), third);
+        assert_eq!(c.retry_interval(), third);
+        assert_eq!(c.drift_margin(), ms(22));
+        assert_eq!(c.call_timeout(), (Duration::from_secs(2) - third) / 2);
+        let c = mem().ttl(Duration::from_secs(60)).build().unwrap();
+        assert_eq!(c.renew_interval(), Duration::from_secs(20));
+        assert_eq!(c.retry_interval(), DEFAULT_RETRY_INTERVAL);
+        assert_eq!(c.call_timeout(), Duration::from_secs(2));
+        assert_eq!(c.drift_margin(), ms(602));
+        // The default ttl gives the documented constants.
+        let c = mem().ttl(DEFAULT_TTL).build().unwrap();
+        assert_eq!(c.renew_interval(), DEFAULT_RENEW_INTERVAL);
+        assert_eq!(c.retry_interval(), DEFAULT_RETRY_INTERVAL);
+    }
+
+    #[test]
+    fn any_ttl_alone_builds() {
+        let mut ttl = Duration::from_millis(10);
+        while ttl < Duration::from_secs(24 * 3600) {
+            let c = mem()
+                .ttl(ttl)
+                .build()
+                .unwrap_or_else(|e| panic!("ttl {ttl:?}: {e}"));
+            assert!(c.renew_interval() < ttl);
+            assert!(c.renew_interval() + c.call_timeout() < ttl - c.drift_margin());
+            ttl = ttl * 3 / 2 + Duration::from_micros(7);
+        }
+    }
+
+    #[test]
+    fn explicit_timings_are_kept_and_still_checked() {
+        let s = Duration::from_secs;
+        let ms = Duration::from_millis;
+        let c = mem()
+            .ttl(s(2))
+            .renew_interval(ms(500))
+            .retry_interval(s(5))
+            .build()
+            .unwrap();
+        assert_eq!(c.renew_interval(), ms(500));
+        assert_eq!(c.retry_interval(), s(5));
+        assert_eq!(c.call_timeout(), ms(750)); // (ttl - renew) / 2
+        assert_eq!(
+            field_of(mem().ttl(s(2)).renew_interval(s(2))),
+            "renew_interval"
+        );
+        assert_eq!(
+            field_of(mem().ttl(s(2)).renew_interval(s(3))),
+            "renew_interval"
+        );
+        assert_eq!(field_of(mem().ttl(s(2)).call_timeout(s(2))), "call_timeout");
+        assert_eq!(field_of(mem().ttl(s(2)).drift_margin(s(2))), "drift_margin");
+        // An explicit renew interval above the default ttl still needs a ttl.
+        assert_eq!(field_of(mem().renew_interval(s(20))), "renew_interval");
     }
 
     #[test]

@@ -9,11 +9,12 @@ use std::sync::Arc;
 use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
 
-use crate::backend::{Backend, NoticeSink, RedisBackend};
+use crate::backend::{Backend, Channels, NoticeSink, RedisBackend};
 use crate::config::{BackendConfig, Config};
 use crate::events::{Event, LostReason};
 use crate::lease::Lease;
-use crate::names::release_channel;
+use crate::names::{control_channel, release_channel};
+use crate::outage::Outage;
 use crate::Result;
 
 /// What every election of one runtime shares.
@@ -27,6 +28,8 @@ pub(crate) struct Ctx {
     /// a notice rather than polling every `retry_interval`).
     pub(crate) notices_up: Arc<AtomicBool>,
     pub(crate) release_channel: String,
+    /// Failed backend calls of every group, reported once a minute.
+    pub(crate) outage: Outage,
 }
 
 /// A user callback, run on the callbacks' own thread.
@@ -50,6 +53,7 @@ impl Ctx {
         if config.on_elected.is_some() || config.on_lost.is_some() {
             spawn_callback_thread(config.clone(), callback_rx);
         }
+        let outage = Outage::new(config.retry_interval, config.call_timeout);
         Ok(Self {
             backend,
             release_channel: release_channel(&config.key_prefix),
@@ -58,13 +62,18 @@ impl Ctx {
             callbacks,
             stop: CancellationToken::new(),
             notices_up: Arc::new(AtomicBool::new(false)),
+            outage,
         })
     }
 
-    /// Listen for release notices until the runtime stops, handing each to `sink`.
+    /// Listen for release notices and control requests until the runtime
+    /// stops, handing each to `sink`.
     pub(crate) fn spawn_notices(&self, sink: NoticeSink) {
         self.backend.spawn_notices(
-            self.release_channel.clone(),
+            Channels {
+                release: self.release_channel.clone(),
+                control: control_channel(&self.config.key_prefix),
+            },
             sink,
             self.notices_up.clone(),
             self.config.retry_interval,

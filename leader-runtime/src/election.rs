@@ -27,6 +27,9 @@ struct Won {
     /// reply cannot shorten it.
     ready_at: Option<Instant>,
     why: SafeStart,
+    /// This election had seen the group's record before (a holder, or a
+    /// leadership of its own): a record missing now was lost, not new.
+    record_known: bool,
 }
 
 /// Whether the election goes on after a leadership ended.
@@ -47,6 +50,7 @@ pub(crate) async fn run(group: Arc<Group>, ctx: Arc<Ctx>, commands: MailboxRx) {
         commands,
         failing: false,
         cooldown_until: None,
+        record_known: false,
     };
     let span = tracing::info_span!("election", group = %election.group.name, instance = %election.ctx.config.instance_id);
     let _ = tracing::Instrument::instrument(election.run(), span).await;
@@ -61,6 +65,8 @@ struct Election {
     failing: bool,
     /// After a step-down: stay out of the race until then (or a release notice).
     cooldown_until: Option<Instant>,
+    /// An acquire has found the group's record (see [`Won::record_known`]).
+    record_known: bool,
 }
 
 impl Election {
@@ -128,19 +134,24 @@ impl Election {
                 Ok(Acquire::Won { token, wait, why }) => {
                     let received = Instant::now();
                     self.recovered();
+                    self.saw_paused(false);
                     self.group
                         .observed
                         .saw_holder(Some(&self.ctx.config.instance_id));
                     let ready_at = (!wait.is_zero()).then(|| received + wait);
+                    let record_known = std::mem::replace(&mut self.record_known, true);
                     return Some(Won {
                         token,
                         sent,
                         ready_at,
                         why,
+                        record_known,
                     });
                 }
                 Ok(Acquire::Held { holder, pttl }) => {
                     self.recovered();
+                    self.record_known = true;
+                    self.saw_paused(false);
                     self.group.observed.saw_holder(Some(&holder));
                     tracing::trace!(%holder, ?pttl, "lease held by another instance");
                     let notices_up = self.ctx.notices_up.load(Ordering::SeqCst);
@@ -150,6 +161,12 @@ impl Election {
                         Some(pttl) => pttl.min(retry) + jitter::up_to(EXPIRY_JITTER),
                         None => retry,
                     }
+                }
+                Ok(Acquire::Paused) => {
+                    self.recovered();
+                    self.saw_paused(true);
+                    // A resume request wakes us sooner.
+                    retry
                 }
                 Err(e) => {
                     self.failed("acquire", &e);
@@ -229,12 +246,22 @@ impl Election {
         // Safe start: an earlier holder may still believe it leads.
         let mut ready_at = won.ready_at;
         let mut tenure = None;
+        // A request to hand over that came before this leadership is not for it.
+        self.group
+            .control
+            .step_down_requested
+            .store(false, Ordering::SeqCst);
         match (ready_at, won.why) {
             (None, _) => tenure = Some(self.begin(won.token, won.why, valid_until)),
+            (Some(ready), SafeStart::First) if won.record_known => tracing::warn!(
+                token = won.token,
+                wait = ?ready.saturating_duration_since(Instant::now()),
+                "acquired; the group's record is gone from Redis although this instance saw it before: Redis lost its data (a restart without persistence, a flush, a failover to an empty replica), so leading after one ttl"
+            ),
             (Some(ready), SafeStart::First | SafeStart::No) => tracing::info!(
                 token = won.token,
                 wait = ?ready.saturating_duration_since(Instant::now()),
-                "acquired; no earlier record of this group (its first election, or Redis lost its data), so leading after one ttl"
+                "acquired; Redis has no record of this group yet, as on its first deploy (or with a new key prefix) — if it ran before, Redis lost its data. Leading after one ttl (safe start)"
             ),
             (Some(ready), SafeStart::Unvouched) => tracing::warn!(
                 token = won.token,
@@ -262,10 +289,7 @@ impl Election {
                 cmd = self.commands.recv() => match cmd {
                     Command::StepDown(reply) => {
                         let result = self.hand_over(won.token, tenure, valid_until, LostReason::SteppedDown).await;
-                        self.cooldown_until = Some(Instant::now() + ttl);
-                        // A wake-up stored while we led (a reconnect notice
-                        // not yet taken) must not cut the cooldown short.
-                        let _ = futures_util::FutureExt::now_or_never(self.group.control.released.notified());
+                        self.cool_down(ttl);
                         let _ = reply.send(result);
                         return Flow::Campaign;
                     }
@@ -282,9 +306,22 @@ impl Election {
                         return Flow::Stop;
                     }
                 },
-                // The backend reconnected (Redis may have restarted empty),
-                // or a stray release notice: renew now. Early is always safe.
-                _ = self.group.control.released.notified() => next_renew = Instant::now(),
+                _ = self.group.control.released.notified() => {
+                    if self.group.control.step_down_requested.swap(false, Ordering::SeqCst) {
+                        tracing::info!(token = won.token, "an operator asked this instance to hand over");
+                        let _ = self.ctx.events.send(Event::StepDownRequested {
+                            group: self.group.name.to_string(),
+                            token: won.token,
+                        });
+                        let _ = self.hand_over(won.token, tenure, valid_until, LostReason::SteppedDown).await;
+                        self.cool_down(ttl);
+                        return Flow::Campaign;
+                    }
+                    // The backend reconnected (Redis may have restarted
+                    // empty), a pause request, or a stray release notice:
+                    // renew now. Early is always safe.
+                    next_renew = Instant::now();
+                }
                 _ = sleep_until(wake) => {}
             }
             let now = Instant::now();
@@ -340,6 +377,16 @@ impl Election {
                     );
                     return Flow::Campaign;
                 }
+                Ok(Renew::Paused) => {
+                    self.recovered();
+                    self.saw_paused(true);
+                    // The lease was not extended: hand over within what the
+                    // view has left, as a step-down does.
+                    let _ = self
+                        .hand_over(won.token, tenure, valid_until, LostReason::SteppedDown)
+                        .await;
+                    return Flow::Campaign;
+                }
                 Ok(Renew::Other) => {
                     self.end(
                         tenure,
@@ -355,6 +402,32 @@ impl Election {
                 }
             }
         }
+    }
+
+    /// After a step-down: out of the race for `ttl`, or until another
+    /// instance releases.
+    fn cool_down(&mut self, ttl: Duration) {
+        self.cooldown_until = Some(Instant::now() + ttl);
+        // A wake-up stored while we led (a reconnect notice not yet taken)
+        // must not cut the cooldown short.
+        let _ = futures_util::FutureExt::now_or_never(self.group.control.released.notified());
+    }
+
+    /// Record whether the backend says the group is paused; log and send an
+    /// event when that changed.
+    fn saw_paused(&self, paused: bool) {
+        if !self.group.observed.saw_paused(paused) {
+            return;
+        }
+        let group = self.group.name.to_string();
+        let event = if paused {
+            tracing::info!("group paused fleet-wide: not acquiring until resumed");
+            Event::Paused { group }
+        } else {
+            tracing::info!("group resumed: campaigning");
+            Event::Resumed { group }
+        };
+        let _ = self.ctx.events.send(event);
     }
 
     /// Publish a new leadership.
@@ -468,15 +541,17 @@ impl Election {
         }
     }
 
-    /// Log the first failure of a burst; the rest at debug level.
+    /// Log the first failure of a burst; the rest at debug level, and a
+    /// WARN with their count once a minute for the whole runtime.
     fn failed(&mut self, op: &str, e: &Error) {
         self.group.observed.failed(e);
+        self.ctx.outage.failed(&self.group.name, op, e);
         if self.failing {
             tracing::debug!(op, error = %e, "backend call failed again");
             return;
         }
         self.failing = true;
-        tracing::error!(op, error = %e, "backend call failed; retrying");
+        tracing::error!(op, error = %e, "backend call failed; retrying (repeats log at debug level, and a WARN counts them every minute)");
         let _ = self.ctx.events.send(Event::BackendError {
             group: self.group.name.to_string(),
             message: e.to_string(),
@@ -499,3 +574,9 @@ mod eligibility_tests;
 
 #[cfg(test)]
 mod partial_loss_tests;
+
+#[cfg(test)]
+mod wording_tests;
+
+#[cfg(test)]
+mod control_tests;

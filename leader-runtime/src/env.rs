@@ -27,6 +27,33 @@ pub(crate) fn builder() -> Result<ConfigBuilder> {
     builder_from(|name| std::env::var(name).ok())
 }
 
+impl ConfigBuilder {
+    /// A builder with the backend the environment describes, as the global
+    /// runtime reads it when used before [`init`](crate::init):
+    /// `LEADER_REDIS_URL`, `LEADER_REDIS_CLUSTER_URLS`,
+    /// `LEADER_REDIS_SENTINEL_MASTER` + `LEADER_REDIS_SENTINEL_URLS` (and
+    /// `LEADER_REDIS_SENTINEL_MASTER_USER` / `_PASSWORD`), else `REDIS_URL`.
+    /// Set the other settings on it as usual.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use leader_runtime::ConfigBuilder;
+    ///
+    /// let config = ConfigBuilder::from_env()?.key_prefix("billing").build()?;
+    /// # drop(config);
+    /// # Ok::<(), leader_runtime::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotConfigured`] when none is set; [`Error::Config`] naming
+    /// the variable when they contradict each other.
+    pub fn from_env() -> Result<ConfigBuilder> {
+        builder()
+    }
+}
+
 /// [`builder`] over any lookup (tests pass a map).
 pub(crate) fn builder_from(get: impl Fn(&str) -> Option<String>) -> Result<ConfigBuilder> {
     let get = |name: &str| get(name).filter(|v| !v.trim().is_empty());

@@ -1,10 +1,17 @@
 //! The one error type of the crate.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Everything that can go wrong in `leader-runtime`.
 ///
 /// Messages never contain a password or token from a Redis URL.
+///
+/// [`is_config`](Self::is_config) tells the errors that no retry fixes (a
+/// rule of the builder, a group name, Redis refusing the credentials, an ACL
+/// rule or the database) from those that may pass (the network, a timeout,
+/// a server restarting). The error is `Clone`: the backend's own error is
+/// shared.
 ///
 /// # Examples
 ///
@@ -27,7 +34,7 @@ use std::time::Duration;
 ///     "invalid config: `renew_interval` must be shorter than ttl (6s >= 5s)"
 /// );
 /// ```
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// A [`Config`](crate::Config) field broke a rule; `field` names the builder method.
@@ -97,7 +104,7 @@ pub enum Error {
         message: String,
         /// The backend's own error (a `redis::RedisError`), when there is one.
         #[source]
-        source: Option<Box<dyn std::error::Error + Send + Sync>>,
+        source: Option<Arc<dyn std::error::Error + Send + Sync>>,
     },
     /// The connection to the backend failed outside any one group's call:
     /// setting it up, or the release-notice subscription.
@@ -107,7 +114,97 @@ pub enum Error {
         message: String,
         /// The backend's own error (a `redis::RedisError`), when there is one.
         #[source]
-        source: Option<Box<dyn std::error::Error + Send + Sync>>,
+        source: Option<Arc<dyn std::error::Error + Send + Sync>>,
+    },
+    /// Redis refused this client for a reason no retry fixes: the
+    /// configuration (this client's or the server's) must change. Wrong
+    /// credentials (`WRONGPASS`, a failed `AUTH`), a password missing
+    /// (`NOAUTH`), an ACL rule (`NOPERM`), a database the server does not
+    /// have, a Sentinel master name the sentinels do not know. `hint` says
+    /// what to check.
+    ///
+    /// The elections keep retrying (the server side may be fixed while this
+    /// instance runs), logging it; [`Runtime::ready`](crate::Runtime::ready)
+    /// returns it at once.
+    #[error("redis refused {}: {message} (hint: {hint})", refused_what(.group.as_deref()))]
+    Misconfigured {
+        /// The group whose call was refused; `None` for the connection
+        /// itself (before any group's call, or the release-notice connection).
+        group: Option<String>,
+        /// What Redis said (never includes credentials).
+        message: String,
+        /// What to check, in words.
+        hint: &'static str,
+        /// The backend's own error (a `redis::RedisError`), when there is one.
+        #[source]
+        source: Option<Arc<dyn std::error::Error + Send + Sync>>,
+    },
+    /// [`Runtime::ready`](crate::Runtime::ready) ran out of time: the
+    /// backend did not answer, or a group's first election round did not
+    /// complete without an error. `source` is the last error seen.
+    #[error("not ready within {after:?}: {source}")]
+    NotReady {
+        /// The timeout given to `ready`.
+        after: Duration,
+        /// The last error seen (an [`Error::Timeout`] when a call or round
+        /// was still pending).
+        #[source]
+        source: Box<Error>,
+    },
+    /// A [`once`](crate::once) call waited `after` (its
+    /// [`timeout`](crate::Once::timeout)) and the name has no result yet:
+    /// another instance may still be running it.
+    #[error("once `{name}`: no result after {after:?} (another instance may still be running it)")]
+    OnceTimeout {
+        /// The run-once name.
+        name: String,
+        /// How long the call waited.
+        after: Duration,
+    },
+    /// A [`once`](crate::once) name used up its attempts
+    /// ([`Once::attempts`](crate::Once::attempts)) without a success; nothing
+    /// runs it any more until [`Runtime::reset_once`](crate::Runtime::reset_once)
+    /// or a call with a higher limit.
+    #[error("once `{name}` failed {attempts} times (the attempt limit); last error: {last_error}")]
+    OnceFailed {
+        /// The run-once name.
+        name: String,
+        /// The attempts started, fleet-wide (crashed ones included).
+        attempts: u32,
+        /// The last attempt's error text, as recorded (URL credentials
+        /// redacted, at most 1 KiB).
+        last_error: String,
+    },
+    /// This [`once`](crate::once) call ran the body and it returned an
+    /// error: nothing was recorded, the lease was released, and the next
+    /// caller tries again (within the attempt limit). `source` is the
+    /// body's own error.
+    #[error("once `{name}`: attempt {attempt} failed: {message}")]
+    OnceBody {
+        /// The run-once name.
+        name: String,
+        /// Which attempt this was, fleet-wide (1 for the first).
+        attempt: u32,
+        /// The body's error as text, URL credentials redacted (as recorded
+        /// for the other callers, at most 1 KiB).
+        message: String,
+        /// The body's error (shared: [`Error`] is `Clone`).
+        #[source]
+        source: Arc<dyn std::error::Error + Send + Sync>,
+    },
+    /// This [`once`](crate::once) call ran the body to success, but could
+    /// not record it while it still held the name's lease (the lease was
+    /// lost, or the backend failed until the view ended): another instance
+    /// will run the body again, under a greater token.
+    #[error(
+        "once `{name}`: the body succeeded under token {token}, but its result could not be \
+         recorded before the lease was lost; another instance will run it again"
+    )]
+    OnceUnrecorded {
+        /// The run-once name.
+        name: String,
+        /// The fencing token the body ran under.
+        token: u64,
     },
     /// The backend answered with something the protocol does not allow.
     #[error("unexpected reply from backend for group `{group}`: {message}")]
@@ -120,6 +217,59 @@ pub enum Error {
 }
 
 impl Error {
+    /// Whether this error is a configuration problem that no retry fixes:
+    /// [`Config`](Self::Config), [`InvalidGroup`](Self::InvalidGroup),
+    /// [`NotConfigured`](Self::NotConfigured) and
+    /// [`Misconfigured`](Self::Misconfigured) (Redis refused the credentials,
+    /// an ACL rule, the database or the Sentinel master name). A start-up
+    /// that gets one should stop and say so rather than retry.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use leader_runtime::{Config, MemoryBackend};
+    ///
+    /// let err = Config::builder()
+    ///     .memory(MemoryBackend::new())
+    ///     .ttl(Duration::ZERO)
+    ///     .build()
+    ///     .unwrap_err();
+    /// assert!(err.is_config());
+    /// ```
+    pub fn is_config(&self) -> bool {
+        match self {
+            Error::Config { .. }
+            | Error::InvalidGroup { .. }
+            | Error::NotConfigured
+            | Error::Misconfigured { .. } => true,
+            Error::NotReady { source, .. } => source.is_config(),
+            _ => false,
+        }
+    }
+
+    /// A Redis error of `group`'s call (`None`: the connection's), shown as
+    /// `message`: [`Error::Misconfigured`] when no retry fixes it, else
+    /// [`Error::Backend`] (or [`Error::Connection`] without a group).
+    pub(crate) fn redis(group: Option<&str>, message: String, e: redis::RedisError) -> Self {
+        let hint = refusal_hint(&e);
+        let source: Option<Arc<dyn std::error::Error + Send + Sync>> = Some(Arc::new(e));
+        match (hint, group) {
+            (Some(hint), group) => Error::Misconfigured {
+                group: group.map(str::to_owned),
+                message,
+                hint,
+                source,
+            },
+            (None, Some(group)) => Error::Backend {
+                group: group.to_owned(),
+                message,
+                source,
+            },
+            (None, None) => Error::Connection { message, source },
+        }
+    }
+
     /// An [`Error::Backend`] for `group` with no underlying error.
     pub(crate) fn backend(group: &str, message: impl Into<String>) -> Self {
         Error::Backend {
@@ -151,3 +301,112 @@ impl Error {
 /// assert!(configure().is_ok());
 /// ```
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What [`Error::Misconfigured`] says was refused.
+fn refused_what(group: Option<&str>) -> String {
+    match group {
+        Some(group) => format!("the call for group `{group}`"),
+        None => "the connection".to_owned(),
+    }
+}
+
+/// What to check when Redis refused us for a reason no retry fixes; `None`
+/// for every other error.
+fn refusal_hint(e: &redis::RedisError) -> Option<&'static str> {
+    let code = e.code().unwrap_or_default();
+    // Errors raised inside a script arrive wrapped ("ERR ... NOPERM ..."):
+    // the text is the only place their cause shows.
+    let text = e.to_string();
+    if e.kind() == redis::ErrorKind::AuthenticationFailed || code == "WRONGPASS" {
+        Some(
+            "check the user and password: in the Redis URL (redis://user:password@host), or \
+             sentinel_master_auth for a Sentinel-managed master; a server without a password \
+             refuses one too",
+        )
+    } else if code == "NOAUTH" {
+        Some(
+            "the server requires a password: put it in the URL (redis://:password@host), or \
+             in sentinel_master_auth for a Sentinel-managed master",
+        )
+    } else if code == "NOPERM" || text.contains("NOPERM") {
+        Some(
+            "the ACL user lacks a command, key or channel it needs: DEPLOYING.md (and the \
+             docs of ConfigBuilder::redis_url) list the rules",
+        )
+    } else if text.contains("DB index is out of range") || text.contains("switch database") {
+        Some(
+            "the database in the URL (/N) does not exist on the server (see its `databases` \
+             setting; Redis Cluster has only database 0)",
+        )
+    } else if e.kind() == redis::ErrorKind::MasterNameNotFoundBySentinel {
+        Some("the sentinels monitor no master by the name given to redis_sentinel")
+    } else {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The error a server replying `-<text>` gives.
+    fn server_error(text: &str) -> redis::RedisError {
+        redis::parse_redis_value(format!("-{text}\r\n").as_bytes())
+            .unwrap()
+            .extract_error()
+            .unwrap_err()
+    }
+
+    #[test]
+    fn refusals_are_configuration_errors_with_a_hint() {
+        for (said, hint) in [
+            (
+                "WRONGPASS invalid username-password pair or user is disabled.",
+                "password",
+            ),
+            ("NOAUTH Authentication required.", "requires a password"),
+            (
+                "NOPERM User app has no permissions to run the 'evalsha' command",
+                "ACL",
+            ),
+            ("ERR DB index is out of range", "database"),
+        ] {
+            let e = Error::redis(Some("jobs"), said.to_owned(), server_error(said));
+            assert!(e.is_config(), "{said}: {e:?}");
+            assert!(matches!(&e, Error::Misconfigured { group: Some(g), .. } if g == "jobs"));
+            let text = e.to_string();
+            assert!(text.contains(said) && text.contains(hint), "{text}");
+            assert!(text.contains("group `jobs`"), "{text}");
+            assert!(std::error::Error::source(&e).is_some());
+        }
+        let auth = redis::RedisError::from((
+            redis::ErrorKind::AuthenticationFailed,
+            "Password authentication failed",
+        ));
+        let e = Error::redis(None, auth.to_string(), auth);
+        assert!(e.is_config());
+        assert!(
+            e.to_string().starts_with("redis refused the connection: "),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn other_redis_errors_may_pass() {
+        let io =
+            redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
+        let e = Error::redis(Some("jobs"), io.to_string(), io.clone());
+        assert!(
+            matches!(e, Error::Backend { .. }) && !e.is_config(),
+            "{e:?}"
+        );
+        let e = Error::redis(None, io.to_string(), io);
+        assert!(
+            matches!(e, Error::Connection { .. }) && !e.is_config(),
+            "{e:?}"
+        );
+        let loading = server_error("LOADING Redis is loading the dataset in memory");
+        let e = Error::redis(Some("jobs"), loading.to_string(), loading);
+        assert!(!e.is_config(), "{e:?}");
+    }
+}

@@ -114,6 +114,29 @@ pub enum Event {
         /// Why.
         reason: LostReason,
     },
+    /// An operator asked this instance to hand the group over (`leader
+    /// step-down`): it drains, then releases ([`Event::Lost`] with
+    /// [`LostReason::SteppedDown`] follows) and stays out of the race for one
+    /// `ttl`, as after [`step_down`](crate::step_down).
+    StepDownRequested {
+        /// The group.
+        group: String,
+        /// The fencing token of the leadership handed over.
+        token: u64,
+    },
+    /// This instance found the group paused fleet-wide (`leader pause`): it
+    /// does not acquire it, and hands it over if it led ([`Event::Lost`] with
+    /// [`LostReason::SteppedDown`] follows then). Sent once per pause seen.
+    Paused {
+        /// The group.
+        group: String,
+    },
+    /// This instance found the pause it reported ended (`leader resume`): it
+    /// campaigns again.
+    Resumed {
+        /// The group.
+        group: String,
+    },
     /// A backend call failed (the first of a burst; recovery is not an event).
     BackendError {
         /// The group.
@@ -145,6 +168,9 @@ impl Event {
             Event::Elected { group, .. }
             | Event::Renewed { group, .. }
             | Event::Lost { group, .. }
+            | Event::StepDownRequested { group, .. }
+            | Event::Paused { group }
+            | Event::Resumed { group }
             | Event::BackendError { group, .. } => group,
         }
     }

@@ -90,6 +90,10 @@ pub(crate) struct Control {
     /// A release notice from another instance arrived (or the notice
     /// connection came back: leaders renew at once).
     pub(crate) released: Notify,
+    /// An operator asked this instance to hand the group over (a control
+    /// request naming it as the holder); taken by the election when woken
+    /// through `released`.
+    pub(crate) step_down_requested: AtomicBool,
     /// Set once the election finished its first acquisition round.
     first_round: SetOnce<()>,
     /// Whether this instance takes part in the election.
@@ -119,6 +123,7 @@ impl Group {
             control: Control {
                 commands,
                 released: Notify::new(),
+                step_down_requested: AtomicBool::new(false),
                 first_round: SetOnce::new(),
                 eligible: AtomicBool::new(true),
                 forgotten: AtomicBool::new(false),
@@ -346,12 +351,15 @@ impl Control {
         let _ = self.first_round.set(());
     }
 
-    /// Wait until the election finished its first acquisition round, at most `limit`.
-    pub(crate) async fn first_round(&self, limit: Duration) {
+    /// Wait until the election finished its first acquisition round, at
+    /// most `limit`; whether it has.
+    pub(crate) async fn first_round(&self, limit: Duration) -> bool {
         if self.first_round.initialized() {
-            return;
+            return true;
         }
-        let _ = tokio::time::timeout(limit, self.first_round.wait()).await;
+        tokio::time::timeout(limit, self.first_round.wait())
+            .await
+            .is_ok()
     }
 
     /// Whether this instance takes part in the election.

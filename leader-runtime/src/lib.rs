@@ -31,10 +31,12 @@
 //! - [What leader-only means](#what-leader-only-means)
 //! - [Quick start](#quick-start)
 //! - [The attribute](#the-attribute)
+//! - [Start-up and shutdown](#start-up-and-shutdown)
 //! - [Failure semantics](#failure-semantics)
 //! - [Fencing](#fencing)
 //! - [The lease algorithm](#the-lease-algorithm)
 //! - [The cron recipe](#the-cron-recipe)
+//! - [Startup work](#startup-work)
 //! - [Operating it: health, draining, metrics](#operating-it-health-draining-metrics)
 //! - [Redis Sentinel](#redis-sentinel)
 //! - [Testing your own code on the in-memory backend](#testing-your-own-code-on-the-in-memory-backend)
@@ -83,11 +85,16 @@
 //!     leader_runtime::init(
 //!         Config::builder()
 //!             .redis_url("redis://127.0.0.1:6379")
-//!             .ttl(Duration::from_secs(15))           // crash failover bound
-//!             .renew_interval(Duration::from_secs(5)) // heartbeat while leader
+//!             .ttl(Duration::from_secs(15)) // crash failover bound; the other timings follow it
 //!             .on_lost(|group: &str, reason: LostReason| eprintln!("lost {group}: {reason}"))
 //!             .build()?,
 //!     )?;
+//!     // Fail fast: a wrong password here is an error at once, an unreachable
+//!     // Redis one within 10 s.
+//!     leader_runtime::ready_for(["reports"], Duration::from_secs(10)).await?;
+//!     // SIGTERM or Ctrl-C: drain, release (a follower takes over at once), stop.
+//!     let stop = leader_runtime::shutdown_on_signal();
+//!     tokio::pin!(stop);
 //!     let mut tick = tokio::time::interval(Duration::from_secs(60));
 //!     loop {
 //!         tokio::select! {
@@ -96,10 +103,9 @@
 //!                 Some(Err(e)) => eprintln!("report failed: {e}"),
 //!                 None => {} // another instance leads "reports"
 //!             },
-//!             _ = tokio::signal::ctrl_c() => break,
+//!             _ = &mut stop => break,
 //!         }
 //!     }
-//!     leader_runtime::shutdown().await; // drains, releases: a follower takes over at once
 //!     Ok(())
 //! }
 //! ```
@@ -121,8 +127,10 @@
 //! percent-encoded (`%2C`), as must `@`, `/`, `?` and `#`.
 //!
 //! The same surface exists as functions — [`is_leader`], [`leader_id`],
-//! [`run_if_leader`], [`step_down`], [`current_lease`], [`stats`],
-//! [`status`], [`set_eligible`], [`subscribe`], [`shutdown`] — and as methods
+//! [`run_if_leader`], [`try_run_if_leader`], [`step_down`],
+//! [`current_lease`], [`stats`], [`status`], [`set_eligible`],
+//! [`subscribe`], [`ready`], [`shutdown`], [`shutdown_guard`],
+//! [`shutdown_on_signal`] — and as methods
 //! of an explicit [`Runtime`], so that one process can host several
 //! instances (tests, demos). [`Runtime::scope`] makes a runtime the current
 //! one for gated functions called inside a future.
@@ -170,6 +178,51 @@
 //! lost.
 //! Later calls are a local check: no network, no lock, no allocation.
 //!
+//! # Start-up and shutdown
+//!
+//! **Fail fast.** Nothing reaches the network before a group is used, so a
+//! wrong password or an unreachable Redis would otherwise show only as an
+//! instance that never leads. [`ready`] / [`ready_for`] (and
+//! [`Runtime::ready`]) wait, at most a timeout, for the backend's first
+//! answer and each group's first election round, and return the error:
+//! [`Error::Misconfigured`] at once when Redis refuses the configuration —
+//! wrong credentials (`WRONGPASS`, a failed `AUTH`), a password missing
+//! (`NOAUTH`), an ACL rule (`NOPERM`), a database the server lacks, a
+//! Sentinel master name the sentinels do not know — with a hint of what to
+//! check; [`Error::NotReady`] with the last error when the timeout passes
+//! (Redis unreachable or still starting). [`Error::is_config`] tells errors
+//! no retry fixes from the others. A readiness probe can call
+//! [`Runtime::ready`] with a short timeout as often as it likes: it only
+//! watches.
+//!
+//! **Keep saying it.** While backend calls keep failing, each group logs its
+//! first failure as an ERROR, the repeats at debug level, and the runtime a
+//! WARN at least once a minute with the number of calls that failed since the
+//! last one ("backend calls keep failing: 120 failed in the last 59.5s"), so
+//! an outage stays visible at the default log level. [`status`] shows each
+//! group's `failing` and `last_error` meanwhile.
+//!
+//! **Hard to forget the shutdown.** A process that exits without releasing
+//! its leases costs a full-`ttl` failover at every deploy. Three ways to
+//! release, from most to least explicit: [`shutdown`]`().await` where your
+//! program stops; [`shutdown_on_signal`]`()`, a future that completes after
+//! SIGTERM or Ctrl-C has drained and released (it installs the signal
+//! handlers when called, so the process then exits when you return from
+//! `main`, not by the signal itself); [`shutdown_guard`]`()`, a
+//! [`ShutdownGuard`] whose drop releases (however `main` ends: `?`, a panic).
+//! A drop cannot `.await`: it waits for the release (at most
+//! [`DEFAULT_GUARD_TIMEOUT`]) on a multi-thread tokio runtime or outside
+//! tokio, and only starts it on a current-thread runtime, where blocking
+//! would stall the runtime — there, prefer
+//! [`ShutdownGuard::shutdown`]`().await`. [`init`] itself returns no guard,
+//! so that `leader_runtime::init(config)?;` keeps the runtime.
+//!
+//! An invalid group name made at run time (`run_if_leader(tenant, …)` with
+//! a tenant's name) gives `None`, like "not the leader", and logs an error
+//! once per name; [`try_run_if_leader`] returns it as
+//! [`Error::InvalidGroup`] instead. (The attribute's group is checked at
+//! compile time.)
+//!
 //! # Failure semantics
 //!
 //! The leader's local view ([`is_leader`], gated calls) is true only until
@@ -185,9 +238,11 @@
 //! | what happens | what you get |
 //! | --- | --- |
 //! | the leader crashes (`kill -9`, OOM, lost host) | the lease expires on the server; followers learned its remaining time and retry right when it expires, so another instance leads within **`ttl`** of the last renew |
-//! | the leader stops cleanly ([`shutdown`], or dropping the [`Runtime`]) | gated runs in flight finish first, then the lease is released and a notice published; a follower takes over in about **one round trip**. The runtime installs no signal handler: call [`shutdown`] from yours. A process that exits without it counts as a crash |
+//! | the leader stops cleanly ([`shutdown`], [`shutdown_on_signal`], a [`ShutdownGuard`] dropped, or the [`Runtime`] dropped) | gated runs in flight finish first, then the lease is released and a notice published; a follower takes over in about **one round trip**. The runtime installs no signal handler unless [`shutdown_on_signal`] is called. A process that exits without any of these counts as a crash |
 //! | [`step_down`] | the same drain and release; this instance stays out of the race for one `ttl` or until another instance released; alone, it takes the lease back after that |
 //! | [`set_eligible(group, false)`](set_eligible) | the same drain and release, then no acquire attempts at all until `set_eligible(group, true)` |
+//! | an operator runs `leader step-down <group>` ([`admin::Admin::step_down`]) | the holder it names does what [`step_down`] does ([`Event::StepDownRequested`], then [`Event::Lost`]) |
+//! | an operator runs `leader pause <group>` ([`admin::Admin::pause`]) | fleet-wide, until resumed, across restarts: no instance acquires the group ([`Event::Paused`], [`GroupStatus::paused`]); its leader drains and releases at once, or at its next renewal if the request's notice was lost — within one `renew_interval` |
 //! | Redis down or slow | the leader retries its renew quickly while its view is valid; the view ends at `valid_until` ([`LostReason::Expired`]), before the lease can expire on the server. Followers retry every `retry_interval`. Every call has a timeout no longer than what the view has left. When Redis is back, an election happens by itself |
 //! | a network partition | the side cut off from Redis behaves as "Redis down"; the side that reaches it elects a new leader once the old lease expired on the server — after the old leader's view ended |
 //! | someone else holds the key when the leader renews | the view ends at once ([`LostReason::Superseded`]) |
@@ -302,7 +357,7 @@
 //!
 //! **What it costs.** One round trip per fenced write: the check and the
 //! write are one `EVALSHA`, about what a plain `SET` costs on the same
-//! connection (figures in BENCHMARKS.md, `cargo bench --bench fence`); in
+//! connection (figures in BENCHMARKS.md, `cargo bench -p leader-e2e --bench fence`); in
 //! SQL, one more predicate on a row the write touches anyway.
 //!
 //! # The lease algorithm
@@ -324,9 +379,16 @@
 //!
 //! | op | semantics |
 //! | --- | --- |
-//! | acquire | if someone else holds the lease: return the holder and its remaining `PTTL`. Else (absent, or ours: a re-claim after an election restart) set our id with `PX ttl`, issue a token = max(last token + 1, server `TIME` in µs), and say how long our view must **wait**: one `ttl` when there is no record (first election, data loss) or the server does not vouch for it (restart from disk, promoted replica, restore); else until `until` has passed (`prior` for a re-claim) — zero after a natural expiry or a clean release, the rest of the old holder's time after an eviction or `DEL`. A malformed record is an error, and nothing is written |
-//! | renew | if we hold it: `PEXPIRE ttl`, and the record's `until` follows; else say who (nobody, or someone else) |
+//! | acquire | if the group is paused (its key `{prefix}:{<group>}:paused` exists): nothing, and say so. If someone else holds the lease: return the holder and its remaining `PTTL`. Else (absent, or ours: a re-claim after an election restart) set our id with `PX ttl`, issue a token = max(last token + 1, server `TIME` in µs), and say how long our view must **wait**: one `ttl` when there is no record (first election, data loss) or the server does not vouch for it (restart from disk, promoted replica, restore); else until `until` has passed (`prior` for a re-claim) — zero after a natural expiry or a clean release, the rest of the old holder's time after an eviction or `DEL`. A malformed record is an error, and nothing is written |
+//! | renew | if we hold it and the group is not paused: `PEXPIRE ttl`, and the record's `until` follows; else say who (nobody, or someone else), or that it is paused — the leader then hands over as [`step_down`] does, so a pause ends a leadership within one `renew_interval` even when its notice was lost |
 //! | release | if we hold it: delete it, lower `until` to `max(prior, now)` (we drained and ended our view first; the holders before us may still count), and publish `"<group> <id>"` on `{prefix}:released` |
+//!
+//! Operators' requests ([`admin`], the `leader` CLI) arrive on
+//! `{prefix}:control` over the same pub/sub connection as release notices:
+//! `pause <group>` and `resume <group>` (after writing or deleting the pause
+//! key, which the scripts above check, so the notice only makes it quicker)
+//! and `step-down <group> <holder>` (that holder hands over as [`step_down`]
+//! does). Pausing writes nothing else: the record's rules are untouched.
 //!
 //! **The rule:** a new leader's view begins only once every earlier holder's
 //! view has certainly ended. The wait is counted from when the acquire's
@@ -339,7 +401,9 @@
 //! loss, restores of older states and failovers.
 //!
 //! Timings, with the [`Config`] defaults (`ttl` 15 s, `renew_interval` 5 s,
-//! `retry_interval` 2 s, call timeout ≤ 2 s, drift margin 1% of `ttl` + 2 ms):
+//! `retry_interval` 2 s, call timeout ≤ 2 s, drift margin 1% of `ttl` + 2 ms;
+//! with another `ttl` the timings not set follow it, see
+//! [`ConfigBuilder::build`]):
 //!
 //! - the leader renews every `renew_interval`; a failed or timed-out renew is
 //!   retried quickly (every `renew_interval / 10`, 5–200 ms) while the view
@@ -411,6 +475,37 @@
 //! # Ok(()) }
 //! ```
 //!
+//! # Startup work
+//!
+//! Work that every replica wants done before it serves — create an index,
+//! seed a table, run a data migration — but that must run once: [`once`]
+//! runs its body on one instance while the other callers wait for the
+//! result, and records the result in the backend, so that later callers and
+//! restarted instances get it without running anything.
+//!
+//! ```no_run
+//! # async fn apply_schema(_token: u64) -> Result<(), std::io::Error> { Ok(()) }
+//! # async fn example() -> leader_runtime::Result<()> {
+//! let done = leader_runtime::once("migrate-2026-12", || async {
+//!     let token = leader_runtime::current_lease().unwrap().token();
+//!     apply_schema(token).await?; // fenced with the token, or idempotent
+//!     Ok::<_, std::io::Error>("added column users.locale")
+//! })
+//! .await?;
+//! println!("{} (by {} under token {})", done.summary, done.instance_id, done.token);
+//! # Ok(()) }
+//! ```
+//!
+//! The runner holds the lease of the group `once:<name>` while the body
+//! runs: [`current_lease`] answers inside, the drain and loss are those of
+//! any gated body. Its success is written by one script that checks the
+//! lease and the token, so a runner that lost its lease cannot record it. A
+//! crashed runner's lease expires and a waiter runs its own body under a
+//! greater token; a failed body releases the lease and the next caller tries
+//! again, up to [`Once::attempts`] attempts fleet-wide, after which callers
+//! get [`Error::OnceFailed`]. See [`Runtime::once`] for every rule, and
+//! `examples/startup.rs` for a schema change on PostgreSQL.
+//!
 //! # Operating it: health, draining, metrics
 //!
 //! - **Health.** [`status`] lists each group with whether this instance
@@ -421,7 +516,8 @@
 //!   traffic on the leader only).
 //! - **Draining.** [`set_eligible(group, false)`](set_eligible) takes the
 //!   instance out of the race without stopping it — before a deploy, or on a
-//!   node that should not run the work; `true` puts it back.
+//!   node that should not run the work; `true` puts it back. DEPLOYING.md
+//!   has the recipe for one instance and every group ("Maintenance drains").
 //! - **Events.** [`subscribe`] streams every transition ([`Event`]); the
 //!   `on_elected` / `on_lost` callbacks of [`ConfigBuilder`] run on a thread
 //!   of their own; [`stats`] keeps counters per group. Every transition is
@@ -536,9 +632,14 @@
 //!
 //! # Feature flags
 //!
+//! The API docs of every feature, as on docs.rs: `cargo doc -p leader-runtime
+//! --all-features --open`; with the "Available on crate feature … only"
+//! marks, on a nightly toolchain: `RUSTDOCFLAGS="--cfg docsrs" cargo +nightly
+//! doc -p leader-runtime --all-features --open`.
+//!
 //! | feature | what it adds |
 //! | --- | --- |
-//! | `metrics` | the metrics above, through the `metrics` facade |
+//! | `metrics` | the metrics above, through the `metrics` facade; their names in [`metrics`](metrics/index.html) |
 //! | `cron` | [`cron::JobBuilder`](cron/struct.JobBuilder.html): tokio-cron-scheduler jobs that run each tick at most once, on the leader, with overlap and missed-run policies, time zones and a history |
 //! | `tls` | `rediss://` URLs, through rustls |
 #![warn(missing_docs)]
@@ -549,11 +650,13 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
+pub mod admin;
 mod admission;
 mod backend;
 mod clock;
 mod config;
 #[cfg(feature = "cron")]
+#[cfg_attr(docsrs, doc(cfg(feature = "cron")))]
 pub mod cron;
 mod ctx;
 mod election;
@@ -568,10 +671,18 @@ mod group;
 mod in_flight;
 mod jitter;
 mod lease;
+#[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+pub mod metrics;
+#[cfg(not(feature = "metrics"))]
 mod metrics;
 mod names;
+mod once;
+mod outage;
+mod ready;
 mod redact;
 mod runtime;
+mod shutdown;
 mod stats;
 mod status;
 #[cfg(test)]
@@ -592,7 +703,9 @@ pub use crate::events::{Event, LostReason};
 pub use crate::fence::{Fence, Fenced};
 pub use crate::global::init;
 pub use crate::lease::Lease;
+pub use crate::once::{once, Once, OnceRecord, OnceStatus};
 pub use crate::runtime::Runtime;
+pub use crate::shutdown::{ShutdownGuard, DEFAULT_GUARD_TIMEOUT};
 pub use crate::stats::Stats;
 pub use crate::status::GroupStatus;
 
@@ -635,6 +748,34 @@ pub async fn leader_id(group: &str) -> Result<Option<String>> {
         .await
 }
 
+/// Run `f` if this instance leads `group`, telling an unusable group name
+/// from "not the leader"; see [`Runtime::try_run_if_leader`].
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn example(tenant: &str) -> leader_runtime::Result<()> {
+/// if let Some(sent) = leader_runtime::try_run_if_leader(tenant, || async { 3 }).await? {
+///     println!("sent {sent} emails for {tenant}");
+/// }
+/// # Ok(()) }
+/// ```
+///
+/// # Errors
+///
+/// [`Error::NotConfigured`] without a runtime; otherwise as
+/// [`Runtime::try_run_if_leader`].
+pub async fn try_run_if_leader<F, Fut>(group: &str, f: F) -> Result<Option<Fut::Output>>
+where
+    F: FnOnce() -> Fut,
+    Fut: Future,
+{
+    global::current()
+        .ok_or(Error::NotConfigured)?
+        .try_run_if_leader(group, f)
+        .await
+}
+
 /// Run `f` if this instance leads `group`; see [`Runtime::run_if_leader`].
 ///
 /// # Examples
@@ -651,6 +792,57 @@ where
     Fut: Future,
 {
     global::current()?.run_if_leader(group, f).await
+}
+
+/// Wait until the current runtime reached its backend and every group used so
+/// far finished an election round without an error, at most `timeout`; see
+/// [`Runtime::ready`]. The way to fail fast at start-up.
+///
+/// # Examples
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use leader_runtime::Config;
+///
+/// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// leader_runtime::init(Config::builder().redis_url("redis://127.0.0.1:6379").build()?)?;
+/// // A wrong password fails here at once, an unreachable Redis within 10 s.
+/// leader_runtime::ready_for(["reports"], Duration::from_secs(10)).await?;
+/// # Ok(()) }
+/// ```
+///
+/// # Errors
+///
+/// [`Error::NotConfigured`] without a runtime; otherwise as [`Runtime::ready`].
+pub async fn ready(timeout: std::time::Duration) -> Result<()> {
+    global::current()
+        .ok_or(Error::NotConfigured)?
+        .ready(timeout)
+        .await
+}
+
+/// [`ready`] for these groups, registering them; see [`Runtime::ready_for`].
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn example() -> leader_runtime::Result<()> {
+/// leader_runtime::ready_for(["reports", "cleanup"], std::time::Duration::from_secs(10)).await?;
+/// # Ok(()) }
+/// ```
+///
+/// # Errors
+///
+/// [`Error::NotConfigured`] without a runtime; otherwise as
+/// [`Runtime::ready_for`].
+pub async fn ready_for<'a, I>(groups: I, timeout: std::time::Duration) -> Result<()>
+where
+    I: IntoIterator<Item = &'a str>,
+{
+    global::current()
+        .ok_or(Error::NotConfigured)?
+        .ready_for(groups, timeout)
+        .await
 }
 
 /// Hand the lease of `group` to another instance; see [`Runtime::step_down`].
@@ -813,6 +1005,44 @@ pub async fn shutdown() {
     if let Some(runtime) = global::current_existing() {
         runtime.shutdown().await;
     }
+}
+
+/// A guard that shuts the current runtime down when dropped: drains, releases
+/// every lease, waiting at most [`DEFAULT_GUARD_TIMEOUT`] where blocking is
+/// safe (see [`ShutdownGuard`]). The runtime is the one current when the
+/// guard is dropped, so the guard can be made before [`init`].
+///
+/// # Examples
+///
+/// ```no_run
+/// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let _leases = leader_runtime::shutdown_guard(); // however main ends, hand the leases over
+/// leader_runtime::init(leader_runtime::Config::builder().redis_url("redis://127.0.0.1:6379").build()?)?;
+/// // … the work …
+/// # Ok(()) }
+/// ```
+pub fn shutdown_guard() -> ShutdownGuard {
+    ShutdownGuard::new(None)
+}
+
+/// Wait for SIGTERM or SIGINT (Ctrl-C), then shut the current runtime down
+/// (drain, release every lease); see [`Runtime::shutdown_on_signal`]. The
+/// handlers are installed when this is called.
+///
+/// # Examples
+///
+/// ```no_run
+/// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// leader_runtime::init(leader_runtime::Config::builder().redis_url("redis://127.0.0.1:6379").build()?)?;
+/// tokio::select! {
+///     _ = leader_runtime::shutdown_on_signal() => {} // released: exit
+///     _ = serve() => {}
+/// }
+/// # Ok(()) }
+/// # async fn serve() {}
+/// ```
+pub fn shutdown_on_signal() -> impl Future<Output = ()> + Send + 'static {
+    shutdown::on_signal()
 }
 
 #[doc(hidden)]

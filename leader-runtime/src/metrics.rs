@@ -1,26 +1,59 @@
-//! Transitions exported through the [`metrics`](https://docs.rs/metrics)
-//! facade, behind the `metrics` feature; without it every function here is a
-//! no-op the compiler removes.
+//! The metrics exported through the [`metrics`](https://docs.rs/metrics)
+//! facade (feature `metrics`; without it every call here is a no-op the
+//! compiler removes, and this module is private). The library never installs
+//! a recorder: with none installed (the application's choice) the facade
+//! drops everything.
 //!
-//! The library never installs a recorder: with none installed (the
-//! application's choice) the facade drops everything.
-//!
-//! The metrics and when each moves: the table in the crate docs ("Operating
-//! it"), the one place they are listed.
+//! What each metric means, its labels and when it moves: the table in the
+//! [crate docs](crate#operating-it-health-draining-metrics), the one place
+//! they are listed. The constants here are their names, for dashboards and
+//! tests that look them up.
 
 #[cfg(feature = "metrics")]
 use std::time::Duration;
 
 use crate::events::LostReason;
 
-/// Metric names, as exported.
+/// Counter, label `group`: this instance became leader.
 #[cfg(feature = "metrics")]
-pub(crate) mod names {
-    pub(crate) const ELECTED: &str = "leader_elected_total";
-    pub(crate) const LOST: &str = "leader_lost_total";
-    pub(crate) const IS_LEADER: &str = "leader_is_leader";
-    pub(crate) const RENEW_SECONDS: &str = "leader_renew_seconds";
-    pub(crate) const ACQUIRE_ATTEMPTS: &str = "leader_acquire_attempts_total";
+pub const ELECTED: &str = "leader_elected_total";
+/// Counter, labels `group`, `reason`: a leadership ended.
+#[cfg(feature = "metrics")]
+pub const LOST: &str = "leader_lost_total";
+/// Gauge, label `group`: 1 while leading, 0 after a loss.
+#[cfg(feature = "metrics")]
+pub const IS_LEADER: &str = "leader_is_leader";
+/// Histogram (seconds), label `group`: round trip of every renew call.
+#[cfg(feature = "metrics")]
+pub const RENEW_SECONDS: &str = "leader_renew_seconds";
+/// Counter, label `group`: an acquire call was sent.
+#[cfg(feature = "metrics")]
+pub const ACQUIRE_ATTEMPTS: &str = "leader_acquire_attempts_total";
+/// Counter, labels `group`, `job`, `outcome`: a cron tick's body ran here.
+#[cfg(all(feature = "metrics", feature = "cron"))]
+#[cfg_attr(docsrs, doc(cfg(feature = "cron")))]
+pub const CRON_RUNS: &str = "leader_cron_runs_total";
+/// Counter, labels `group`, `job`: a cron tick ran later than its tolerance.
+#[cfg(all(feature = "metrics", feature = "cron"))]
+#[cfg_attr(docsrs, doc(cfg(feature = "cron")))]
+pub const CRON_LATE: &str = "leader_cron_late_total";
+/// Counter, labels `group`, `job`: a cron tick was skipped (a run was in flight).
+#[cfg(all(feature = "metrics", feature = "cron"))]
+#[cfg_attr(docsrs, doc(cfg(feature = "cron")))]
+pub const CRON_SKIPPED: &str = "leader_cron_skipped_total";
+/// Counter, labels `group`, `job`: cron ticks this leader recorded as missed.
+#[cfg(all(feature = "metrics", feature = "cron"))]
+#[cfg_attr(docsrs, doc(cfg(feature = "cron")))]
+pub const CRON_MISSED: &str = "leader_cron_missed_total";
+/// Histogram (seconds), labels `group`, `job`: how long each cron run took.
+#[cfg(all(feature = "metrics", feature = "cron"))]
+#[cfg_attr(docsrs, doc(cfg(feature = "cron")))]
+pub const CRON_RUN_SECONDS: &str = "leader_cron_run_seconds";
+
+/// The names, as the code below uses them.
+#[cfg(feature = "metrics")]
+mod names {
+    pub(super) use super::{ACQUIRE_ATTEMPTS, ELECTED, IS_LEADER, LOST, RENEW_SECONDS};
 }
 
 /// Help texts and units, for exporters that show them.

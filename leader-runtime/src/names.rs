@@ -58,6 +58,10 @@ pub(crate) struct GroupKeys {
     /// instance of an older version fails on it (WRONGTYPE) instead of
     /// issuing tokens beside it.
     pub(crate) record: String,
+    /// Present while the group is paused fleet-wide (a hash, no expiry:
+    /// `by`, `at` in unix ms, `reason`): no instance acquires, and a leader's
+    /// renew fails so it hands over (see `backend/record.lua`).
+    pub(crate) paused: String,
 }
 
 impl GroupKeys {
@@ -65,6 +69,7 @@ impl GroupKeys {
         Self {
             lease: format!("{prefix}:{{{group}}}:lease"),
             record: format!("{prefix}:{{{group}}}:token"),
+            paused: format!("{prefix}:{{{group}}}:paused"),
         }
     }
 }
@@ -77,6 +82,53 @@ pub(crate) fn release_channel(prefix: &str) -> String {
 /// A release notice's payload: `"<group> <instance id>"` (group names have no spaces).
 pub(crate) fn parse_notice(payload: &str) -> Option<(&str, &str)> {
     payload.split_once(' ')
+}
+
+/// The pub/sub channel on which operators' requests to every group under
+/// `prefix` are published (see [`Control`]).
+pub(crate) fn control_channel(prefix: &str) -> String {
+    format!("{prefix}:control")
+}
+
+/// An operator's request, published on the control channel as
+/// `"<verb> <group>"`, or `"step-down <group> <holder>"`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Control {
+    /// The group was paused: its leader renews now, sees the pause, and hands over.
+    Pause,
+    /// The pause ended: followers try to acquire now.
+    Resume,
+    /// The holder named hands over (drains, then releases).
+    StepDown {
+        /// The instance asked (the holder when the request was made).
+        holder: String,
+    },
+}
+
+impl Control {
+    /// The payload asking this of `group`.
+    pub(crate) fn message(&self, group: &str) -> String {
+        match self {
+            Control::Pause => format!("pause {group}"),
+            Control::Resume => format!("resume {group}"),
+            Control::StepDown { holder } => format!("step-down {group} {holder}"),
+        }
+    }
+
+    /// A payload as [`Control::message`] wrote it: the request and its group.
+    pub(crate) fn parse(payload: &str) -> Option<(Control, &str)> {
+        let (verb, rest) = payload.split_once(' ')?;
+        match verb {
+            "pause" => Some((Control::Pause, rest)),
+            "resume" => Some((Control::Resume, rest)),
+            "step-down" => {
+                let (group, holder) = rest.split_once(' ')?;
+                let holder = holder.to_owned();
+                Some((Control::StepDown { holder }, group))
+            }
+            _ => None,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -112,6 +164,7 @@ mod tests {
         let keys = GroupKeys::new("leader", "cleanup");
         assert_eq!(keys.lease, "leader:{cleanup}:lease");
         assert_eq!(keys.record, "leader:{cleanup}:token");
+        assert_eq!(keys.paused, "leader:{cleanup}:paused");
         #[cfg(feature = "cron")]
         {
             let job = crate::backend::cron::JobKeys::new("leader", "cleanup", "purge");
@@ -124,5 +177,20 @@ mod tests {
     fn notice_payload_splits_at_first_space() {
         assert_eq!(parse_notice("g host:1 x"), Some(("g", "host:1 x")));
         assert_eq!(parse_notice("nospace"), None);
+    }
+
+    #[test]
+    fn control_messages_round_trip() {
+        let step_down = Control::StepDown {
+            holder: "host:1 x".into(),
+        };
+        for req in [Control::Pause, Control::Resume, step_down] {
+            let msg = req.message("jobs");
+            assert_eq!(Control::parse(&msg), Some((req.clone(), "jobs")), "{msg}");
+        }
+        assert_eq!(Control::message(&Control::Pause, "g"), "pause g");
+        for bad in ["", "pause", "halt g", "step-down g"] {
+            assert_eq!(Control::parse(bad), None, "{bad:?}");
+        }
     }
 }

@@ -54,6 +54,28 @@ pub(crate) fn redact_url(url: &str) -> String {
     out
 }
 
+/// Free text (an error message) with every URL in it redacted as
+/// [`redact_url`] does: each whitespace-separated word that contains `://`.
+pub(crate) fn redact_text(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while !rest.is_empty() {
+        let word_end = rest.find(char::is_whitespace).unwrap_or(rest.len());
+        let (word, tail) = rest.split_at(word_end);
+        if word.contains("://") {
+            out.push_str(&redact_url(word));
+        } else {
+            out.push_str(word);
+        }
+        let space_end = tail
+            .find(|c: char| !c.is_whitespace())
+            .unwrap_or(tail.len());
+        out.push_str(&tail[..space_end]);
+        rest = &tail[space_end..];
+    }
+    out
+}
+
 /// `query` (everything after `?`, fragment included) with the values of
 /// credential parameters replaced by `***`. Parameters after a credential
 /// that are not known to be harmless are taken as part of its value (an
@@ -110,7 +132,7 @@ fn percent_decode(s: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::redact_url;
+    use super::{redact_text, redact_url};
     use crate::{Config, Error};
 
     const SECRET: &str = "s3cret";
@@ -245,5 +267,18 @@ mod tests {
     fn unparseable() {
         redacts("s3cret", "<unparseable url>");
         redacts("redis:/u:s3cret@h", "<unparseable url>");
+    }
+
+    #[test]
+    fn urls_in_free_text() {
+        let text = "connect to postgres://app:s3cret@db:5432/x failed;\n\tsee (redis://:s3cret@h:6379), ok";
+        let shown = redact_text(text);
+        assert!(!shown.contains(SECRET), "{shown}");
+        assert_eq!(
+            shown,
+            "connect to postgres://app:***@db:5432/x failed;\n\tsee (redis://:***@h:6379), ok"
+        );
+        assert_eq!(redact_text("no url here  at all "), "no url here  at all ");
+        assert_eq!(redact_text(""), "");
     }
 }

@@ -2,8 +2,8 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
 
 use tokio::runtime::Handle;
 use tokio::sync::{broadcast, oneshot};
@@ -11,14 +11,14 @@ use tokio_util::task::TaskTracker;
 
 use crate::admission;
 use crate::backend::fence::Target;
-use crate::backend::{self, NoticeSink, EVERY_GROUP};
+use crate::backend::{self, Notice, NoticeSink, EVERY_GROUP};
 use crate::config::Config;
 use crate::ctx::Ctx;
 use crate::election;
 use crate::events::Event;
 use crate::group::{self, Command, Group};
 use crate::lease::Lease;
-use crate::names::{validate_group, GroupKeys};
+use crate::names::{validate_group, Control, GroupKeys};
 use crate::stats::Stats;
 use crate::status::GroupStatus;
 use crate::{Error, Result};
@@ -194,7 +194,7 @@ impl Runtime {
     }
 
     /// What every group of this runtime shares.
-    fn ctx(&self) -> &Arc<Ctx> {
+    pub(crate) fn ctx(&self) -> &Arc<Ctx> {
         &self.inner.shared.ctx
     }
 
@@ -202,8 +202,8 @@ impl Runtime {
     /// atomic compare against the clock, never a network call. The first call
     /// naming a group starts its election (and returns false).
     ///
-    /// An invalid group name answers false; the first such call in the
-    /// process logs an error, later ones log at debug level.
+    /// An invalid group name answers false; the first such call for each
+    /// name logs an error, later ones log at debug level.
     ///
     /// # Examples
     ///
@@ -223,13 +223,7 @@ impl Runtime {
         match self.group(group) {
             Ok(group) => group.is_leader(),
             Err(e) => {
-                // Likely called in a loop: one error, then quieter.
-                static REPORTED: AtomicBool = AtomicBool::new(false);
-                if REPORTED.swap(true, Ordering::Relaxed) {
-                    tracing::debug!(error = %e, "is_leader: not leader");
-                } else {
-                    tracing::error!(error = %e, "is_leader: not leader (later calls log at debug)");
-                }
+                report_unusable_group("is_leader", "not leader", &e);
                 false
             }
         }
@@ -267,6 +261,11 @@ impl Runtime {
     /// `None` when not leader. The first call naming a group waits for its
     /// first acquisition round (bounded by 1.5 × the call timeout).
     ///
+    /// An invalid group name, or a runtime shut down, also gives `None`
+    /// (fail closed); the first call with each invalid name logs an error,
+    /// later ones log at debug level. To tell those apart from "not the
+    /// leader", call [`try_run_if_leader`](Self::try_run_if_leader).
+    ///
     /// # Examples
     ///
     /// ```
@@ -295,14 +294,60 @@ impl Runtime {
         F: FnOnce() -> Fut,
         Fut: Future,
     {
-        let group = match self.ready_group(group).await {
-            Ok(group) => group,
+        match self.try_run_if_leader(group, f).await {
+            Ok(ran) => ran,
             Err(e) => {
-                tracing::error!(error = %e, "run_if_leader: body not run");
-                return None;
+                report_unusable_group("run_if_leader", "body not run", &e);
+                None
             }
-        };
-        admission::run(&group, false, f()).await
+        }
+    }
+
+    /// [`run_if_leader`](Self::run_if_leader) that tells a name it cannot
+    /// use from "not the leader": `Ok(Some(output))` when `f` ran,
+    /// `Ok(None)` when this instance does not lead `group`, `Err` when
+    /// `group` is not a valid group name or the runtime is shut down. For
+    /// group names made at run time (a tenant, a shard). Logs nothing: the
+    /// error is the caller's.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use leader_runtime::{Config, Error, MemoryBackend, Runtime};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), leader_runtime::Error> {
+    /// let runtime = Runtime::new(Config::builder().memory(MemoryBackend::new()).build()?)?;
+    /// let tenant = "acme corp"; // a space: not a group name
+    /// match runtime.try_run_if_leader(tenant, || async { 1 }).await {
+    ///     Ok(Some(n)) => println!("ran: {n}"),
+    ///     Ok(None) => println!("another instance leads {tenant}"),
+    ///     Err(Error::InvalidGroup { rule, .. }) => println!("{tenant:?} cannot be a group: {rule}"),
+    ///     Err(e) => return Err(e),
+    /// }
+    /// let ran = runtime.try_run_if_leader("acme-corp", || async { 1 }).await?;
+    /// assert_eq!(ran, Some(1));
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidGroup`]; [`Error::ShutDown`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future drops the body; the group's election goes on.
+    pub async fn try_run_if_leader<F, Fut>(&self, group: &str, f: F) -> Result<Option<Fut::Output>>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future,
+    {
+        let group = self.ready_group(group).await?;
+        if !self.is_running() {
+            return Err(Error::ShutDown);
+        }
+        Ok(admission::run(&group, false, f()).await)
     }
 
     /// Hand the lease of `group` to another instance: stop admitting gated
@@ -401,16 +446,25 @@ impl Runtime {
     /// (the lease expires by itself within one `ttl`).
     pub async fn forget(&self, group: &str) -> Result<()> {
         validate_group(group)?;
-        let removed = self.inner.shared.groups_mut().remove(group);
-        let Some(group) = removed else {
+        let Some((group, answer)) = self.forget_now(group) else {
             return Ok(());
         };
+        Self::await_hand_over(&group, answer).await
+    }
+
+    /// The part of [`forget`](Self::forget) that does not wait (so a `Drop`
+    /// can do it): drop `group` from the registry and ask its election to
+    /// hand over and end. `None` when it was not registered, or its
+    /// election has ended already; else the group and the election's answer.
+    pub(crate) fn forget_now(
+        &self,
+        group: &str,
+    ) -> Option<(Arc<Group>, oneshot::Receiver<Result<()>>)> {
+        let group = self.inner.shared.groups_mut().remove(group)?;
         group.control.forget();
         let (reply, answer) = oneshot::channel();
-        if group.control.commands.send(Command::Forget(reply)).is_err() {
-            return Ok(()); // the election has ended already
-        }
-        Self::await_hand_over(&group, answer).await
+        group.control.commands.send(Command::Forget(reply)).ok()?;
+        Some((group, answer))
     }
 
     /// The lease of the gated body running on this task (see
@@ -506,7 +560,7 @@ impl Runtime {
     /// # }
     /// ```
     pub fn status(&self) -> Vec<GroupStatus> {
-        let groups: Vec<Arc<Group>> = self.inner.shared.groups().values().cloned().collect();
+        let groups = self.groups();
         let mut status: Vec<GroupStatus> = groups
             .iter()
             .map(|g| g.status(self.instance_id()))
@@ -649,8 +703,7 @@ impl Runtime {
     /// The stop is started at the first poll and goes on if this future is dropped.
     pub async fn shutdown(&self) {
         let shared = &self.inner.shared;
-        shared.ctx.stop.cancel();
-        shared.tasks.close();
+        self.begin_shutdown();
         let inside_own_body = shared
             .groups()
             .values()
@@ -660,6 +713,21 @@ impl Runtime {
             return;
         }
         shared.tasks.wait().await;
+    }
+
+    /// Stop every election: each hands its lease over (drain, release) in
+    /// its own task; [`elections`](Self::elections) tells when all are done.
+    pub(crate) fn begin_shutdown(&self) {
+        let shared = &self.inner.shared;
+        shared.ctx.stop.cancel();
+        shared.tasks.close();
+    }
+
+    /// The election tasks (waiting on it after
+    /// [`begin_shutdown`](Self::begin_shutdown) waits for their hand-overs),
+    /// and the tokio runtime they run on.
+    pub(crate) fn elections(&self) -> (&TaskTracker, &Handle) {
+        (&self.inner.shared.tasks, &self.inner.shared.handle)
     }
 
     /// A registered group, or register it and start its election.
@@ -713,33 +781,97 @@ impl Runtime {
     pub(crate) fn registered(&self, name: &str) -> Option<Arc<Group>> {
         self.inner.shared.get(name)
     }
+
+    /// Every registered group, in no order.
+    pub(crate) fn groups(&self) -> Vec<Arc<Group>> {
+        self.inner.shared.groups().values().cloned().collect()
+    }
 }
 
-/// Route release notices to the waiting group (ignoring our own).
+/// Log why `api` could not use a group: an invalid name as an error the
+/// first time for each name (at most [`REPORTED_NAMES`] of them, so that
+/// made-up names cannot grow the set without bound), then at debug level
+/// (such calls tend to repeat in a loop); a runtime shut down at debug level.
+fn report_unusable_group(api: &str, outcome: &str, e: &Error) {
+    static REPORTED: Mutex<Vec<String>> = Mutex::new(Vec::new());
+    let first = match e {
+        Error::InvalidGroup { group, .. } => {
+            let mut reported = REPORTED.lock().unwrap_or_else(PoisonError::into_inner);
+            let new = !reported.contains(group) && reported.len() < REPORTED_NAMES;
+            if new {
+                reported.push(group.clone());
+            }
+            new
+        }
+        _ => false,
+    };
+    if first {
+        tracing::error!(error = %e, "{api}: {outcome} (later calls with this name log at debug level)");
+    } else {
+        tracing::debug!(error = %e, "{api}: {outcome}");
+    }
+}
+
+/// How many invalid group names get an error of their own.
+const REPORTED_NAMES: usize = 64;
+
+/// Route release notices to the waiting group (ignoring our own), and
+/// control requests to the group they name.
 fn notice_sink(shared: Weak<Shared>) -> NoticeSink {
-    Arc::new(move |group: &str, by: &str| {
+    Arc::new(move |notice: Notice<'_>| {
         let Some(shared) = shared.upgrade() else {
             return;
         };
-        if by == shared.ctx.config.instance_id {
-            return;
-        }
-        if group == EVERY_GROUP {
-            // Leaders renew now. Followers go on pacing themselves (a wake-up
-            // here would also cut short a step-down's cooldown).
-            let groups = shared.groups();
-            tracing::debug!("notice connection back: leaders check their lease");
-            for group in groups.values().filter(|g| g.is_leader()) {
-                group.control.released.notify_one();
+        match notice {
+            Notice::Released { by, .. } if by == shared.ctx.config.instance_id => {}
+            Notice::Released {
+                group: EVERY_GROUP, ..
+            } => {
+                // Leaders renew now. Followers go on pacing themselves (a
+                // wake-up here would also cut short a step-down's cooldown).
+                let groups = shared.groups();
+                tracing::debug!("notice connection back: leaders check their lease");
+                for group in groups.values().filter(|g| g.is_leader()) {
+                    group.control.released.notify_one();
+                }
             }
-            return;
-        }
-        if let Some(group) = shared.get(group) {
-            tracing::debug!(group = %group.name, by, "release notice");
-            group.control.released.notify_one();
+            Notice::Released { group, by } => {
+                if let Some(group) = shared.get(group) {
+                    tracing::debug!(group = %group.name, by, "release notice");
+                    group.control.released.notify_one();
+                }
+            }
+            Notice::Control { group, request } => {
+                if let Some(group) = shared.get(group) {
+                    control(&shared.ctx.config.instance_id, &group, request);
+                }
+            }
         }
     })
 }
+
+/// An operator's request about a group of ours. A pause wakes the election:
+/// a leader renews at once, which finds the pause and hands over (the renew
+/// finds it without the request too, only later); a follower tries to
+/// acquire, which finds the pause and reports it. A resume wakes followers.
+/// A step-down is for the holder it names.
+fn control(instance_id: &str, group: &Group, request: Control) {
+    tracing::debug!(group = %group.name, ?request, "control request");
+    match request {
+        Control::Pause | Control::Resume => group.control.released.notify_one(),
+        Control::StepDown { holder } if holder == instance_id => {
+            group
+                .control
+                .step_down_requested
+                .store(true, Ordering::SeqCst);
+            group.control.released.notify_one();
+        }
+        Control::StepDown { .. } => {}
+    }
+}
+
+#[cfg(test)]
+mod tests;
 
 #[cfg(test)]
 mod inside_body_tests;

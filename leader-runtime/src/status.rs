@@ -18,7 +18,8 @@ use crate::Error;
 /// - **live** (read from the clock and atomics at the call): `is_leader`,
 ///   `token`, `valid_for`, `eligible`;
 /// - **cached** (the last thing the election learned): `leader_id` (from the
-///   last acquire reply, or this instance while it leads), `failing` and
+///   last acquire reply, or this instance while it leads), `paused` (from the
+///   last acquire or renew reply), `failing` and
 ///   `last_error` (from the last backend calls). A follower refreshes them
 ///   about once per `ttl - renew_interval`, a leader every `renew_interval`.
 ///   Ask [`leader_id`](crate::leader_id) for the backend's current answer.
@@ -65,6 +66,9 @@ pub struct GroupStatus {
     /// Whether this instance takes part in the election; see
     /// [`set_eligible`](crate::set_eligible).
     pub eligible: bool,
+    /// Whether the group is paused fleet-wide (`leader pause`), as this
+    /// instance's last acquire or renew reply said (cached).
+    pub paused: bool,
     /// Whether the last backend call of this group's election failed (the
     /// backend is unreachable, slow or erroring right now).
     pub failing: bool,
@@ -76,6 +80,7 @@ pub struct GroupStatus {
     /// this instance saw through (feature `cron`; the fleet-wide history is
     /// [`cron::history`](crate::cron::history())).
     #[cfg(feature = "cron")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "cron")))]
     pub cron_jobs: Vec<crate::cron::JobStatus>,
 }
 
@@ -89,8 +94,9 @@ pub(crate) struct Observed {
 #[derive(Debug, Default)]
 struct State {
     holder: Option<Arc<str>>,
+    paused: bool,
     failing: bool,
-    last_error: Option<String>,
+    last_error: Option<Error>,
 }
 
 impl Observed {
@@ -110,6 +116,13 @@ impl Observed {
         if state.holder.as_deref() != holder {
             state.holder = holder.map(Arc::from);
         }
+    }
+
+    /// Whether the backend said the group is paused; returns whether that
+    /// changed.
+    pub(crate) fn saw_paused(&self, paused: bool) -> bool {
+        let mut state = self.state();
+        std::mem::replace(&mut state.paused, paused) != paused
     }
 
     /// A backend call succeeded.
@@ -139,8 +152,9 @@ impl Observed {
             token: tenure.map(|t| t.token()),
             valid_for: tenure.map(|t| t.valid_until().saturating_duration_since(Instant::now())),
             eligible,
+            paused: state.paused,
             failing: state.failing,
-            last_error: state.last_error.clone(),
+            last_error: state.last_error.as_ref().map(Error::to_string),
             #[cfg(feature = "cron")]
             cron_jobs: Vec::new(),
         }
@@ -150,7 +164,13 @@ impl Observed {
     pub(crate) fn failed(&self, e: &Error) {
         let mut state = self.state();
         state.failing = true;
-        state.last_error = Some(e.to_string());
+        state.last_error = Some(e.clone());
+    }
+
+    /// The error of the last backend call, if it failed.
+    pub(crate) fn failure(&self) -> Option<Error> {
+        let state = self.state();
+        state.last_error.as_ref().filter(|_| state.failing).cloned()
     }
 }
 

@@ -17,7 +17,8 @@ use support::{elected, instance, G, RENEW, TTL};
 const PASSWORD: &str = "app-s3cret-pw";
 const WRONG: &str = "wr0ng-pa55word";
 /// Exactly the rules the docs of `ConfigBuilder::redis_url` list.
-const RULES: &str = "~leader:* &leader:released +evalsha +eval +script|load +get +set \
+const RULES: &str =
+    "~leader:* &leader:released &leader:control +evalsha +eval +script|load +get +set \
                      +pexpire +pttl +del +time +info +type +hmget +hset +publish +subscribe +ping";
 
 async fn server() -> RedisServer {
@@ -119,7 +120,11 @@ async fn a_wrong_password_fails_clearly_and_is_never_shown() {
 
     let err = rt.leader_id(G).await.unwrap_err();
     let shown = err.to_string();
-    assert!(matches!(err, Error::Backend { .. }), "{err:?}");
+    // Refused credentials: a configuration error no retry fixes.
+    assert!(
+        matches!(err, Error::Misconfigured { .. }) && err.is_config(),
+        "{err:?}"
+    );
     assert!(
         shown.contains("WRONGPASS") || shown.to_lowercase().contains("auth"),
         "the error must say it is about authentication: {shown}"
@@ -157,4 +162,51 @@ async fn a_wrong_password_fails_clearly_and_is_never_shown() {
         !logs.contains(WRONG),
         "the password leaked into the logs:\n{logs}"
     );
+    // The release-notice connection's failure says whose it is, with the hint.
+    let notice_line = logs
+        .lines()
+        .find(|l| l.contains("release-notice connection down"))
+        .unwrap_or_else(|| panic!("no release-notice warning:\n{logs}"));
+    assert!(
+        notice_line.contains("WARN") && notice_line.contains("redis refused the connection"),
+        "{notice_line}"
+    );
+    assert!(!logs.contains("group `*`"), "{logs}");
+}
+
+#[tokio::test]
+async fn a_user_without_the_control_channel_still_elects_and_sees_pauses_at_renewal() {
+    // The rules of earlier versions: no `&leader:control`.
+    let old_rules = RULES.replace(" &leader:control", "");
+    let server = RedisServer::builder()
+        .password("admin-pw")
+        .acl_user("app", PASSWORD, &old_rules)
+        .start()
+        .await
+        .unwrap();
+    let a = instance(&url(&server, PASSWORD), "a");
+    let mut a_events = a.subscribe();
+    assert!(a.run_if_leader(G, || async {}).await.is_none());
+    elected(&mut a_events, TTL * 3).await;
+    // Paused by someone allowed to: a's renewal finds it.
+    server
+        .cmd(&["HSET", "leader:{jobs}:paused", "by", "ops"])
+        .await
+        .unwrap();
+    let paused = Instant::now();
+    let lost = timeout(RENEW * 3, async {
+        loop {
+            if let Event::Lost { .. } = a_events.recv().await.unwrap() {
+                return;
+            }
+        }
+    })
+    .await;
+    server.check(lost.is_ok(), "a did not hand over after the pause");
+    assert!(
+        paused.elapsed() <= RENEW + Duration::from_millis(200),
+        "{:?}",
+        paused.elapsed()
+    );
+    a.shutdown().await;
 }

@@ -201,7 +201,7 @@ async fn notices_move_to_another_node_when_the_subscribed_one_dies() {
 async fn an_acl_user_with_the_documented_rules_elects_on_a_cluster() {
     // The rules of `ConfigBuilder::redis_url`, plus `+cluster|slots` as
     // `redis_cluster_urls` documents.
-    let rules = "~leader:* &leader:released +evalsha +eval +script|load +get +set \
+    let rules = "~leader:* &leader:released &leader:control +evalsha +eval +script|load +get +set \
                  +pexpire +pttl +del +time +info +type +hmget +hset +publish +subscribe +ping \
                  +cluster|slots";
     let mut args = vec!["--user", "app", "on", ">app-pw"];

@@ -28,7 +28,8 @@ const LEASE_KEY: &str = "leader:{jobs}:lease";
 const RETRY: Duration = Duration::from_millis(100);
 /// The rules `ConfigBuilder::redis_sentinel`'s docs list for the master:
 /// those of `redis_url` plus `+role`.
-const MASTER_RULES: &str = "~leader:* &leader:released +evalsha +eval +script|load +get +set \
+const MASTER_RULES: &str =
+    "~leader:* &leader:released &leader:control +evalsha +eval +script|load +get +set \
                             +pexpire +pttl +del +time +info +type +hmget +hset +publish \
                             +subscribe +ping +role";
 
@@ -412,7 +413,7 @@ async fn acl_user_and_passwords_through_sentinel() {
     let b = build("b", "wrong-pw");
     let err = b.leader_id(G).await.unwrap_err();
     let text = err.to_string();
-    assert!(matches!(err, Error::Backend { .. }), "{err:?}");
+    assert!(matches!(err, Error::Misconfigured { .. }), "{err:?}");
     assert!(
         !text.contains("wrong-pw") && !text.contains("sentinel-pw"),
         "{text}"
@@ -438,7 +439,7 @@ async fn a_wrong_master_name_fails_with_a_clear_error() {
     let mut events = rt.subscribe();
     let err = rt.leader_id(G).await.unwrap_err();
     let text = err.to_string();
-    assert!(matches!(err, Error::Backend { .. }), "{err:?}");
+    assert!(matches!(err, Error::Misconfigured { .. }), "{err:?}");
     assert!(
         text.contains("no-such-master") && text.contains("sentinel"),
         "{text}"

@@ -1,6 +1,7 @@
 -- acquire: take the lease of one group, or re-claim our own; issue a fencing token.
 -- KEYS[1]  lease key   (string: holder's instance id, with PX ttl)
 -- KEYS[2]  record key  (hash, no expiry: see record.lua)
+-- KEYS[3]  pause key   (see record.lua)
 -- ARGV[1]  our instance id
 -- ARGV[2]  ttl in milliseconds
 -- returns  {1, token, wait, why}  we hold the lease now. token: a decimal
@@ -18,9 +19,12 @@
 --                  ''           nobody else can: wait = 0
 --          {0, holder, pttl}      another instance holds it for pttl more ms
 --                                 (pttl < 0: the key has no expiry)
+--          {2, 'paused'}          the group is paused: nothing written (also
+--                                 when we or another instance hold the lease)
 -- Nothing is written when the record is malformed (an error reply).
 -- Redis < 5 needs this to write after reading TIME; later versions ignore it.
 if redis.replicate_commands then redis.replicate_commands() end
+if paused(KEYS[3]) then return {2, 'paused'} end
 local holder = redis.call('GET', KEYS[1])
 if holder and holder ~= ARGV[1] then
   return {0, holder, redis.call('PTTL', KEYS[1])}

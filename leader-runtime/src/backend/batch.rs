@@ -20,7 +20,7 @@ use super::Renew;
 use crate::names::GroupKeys;
 use crate::{Error, Result};
 
-/// At most this many groups per script call (two keys each), which bounds how long one call
+/// At most this many groups per script call (three keys each), which bounds how long one call
 /// keeps the server busy (well under a millisecond).
 const MAX_GROUPS: usize = 500;
 
@@ -29,7 +29,7 @@ const MAX_GRID: Duration = Duration::from_millis(250);
 
 struct Request {
     group: String,
-    /// The lease key and the record key.
+    /// The lease key, the record key and the pause key.
     keys: GroupKeys,
     id: String,
     ttl_ms: u64,
@@ -168,7 +168,9 @@ async fn send<C: ConnectionLike>(mut conn: C, scripts: Arc<Scripts>, chunk: Vec<
     };
     let mut call = script.prepare_invoke();
     for request in &chunk {
-        call.key(&request.keys.lease).key(&request.keys.record);
+        call.key(&request.keys.lease)
+            .key(&request.keys.record)
+            .key(&request.keys.paused);
     }
     call.arg(id).arg(ttl_ms);
     let reply: redis::RedisResult<Value> = call.invoke_async(&mut conn).await;
@@ -186,11 +188,8 @@ async fn send<C: ConnectionLike>(mut conn: C, scripts: Arc<Scripts>, chunk: Vec<
             // RedisError's Display carries the server's message, never the URL.
             let message = e.to_string();
             for r in chunk {
-                let _ = r.reply.send(Err(Error::Backend {
-                    group: r.group,
-                    message: message.clone(),
-                    source: Some(Box::new(e.clone())),
-                }));
+                let e = Error::redis(Some(&r.group), message.clone(), e.clone());
+                let _ = r.reply.send(Err(e));
             }
             return;
         }
@@ -201,6 +200,7 @@ async fn send<C: ConnectionLike>(mut conn: C, scripts: Arc<Scripts>, chunk: Vec<
             Value::Int(0) => Ok(Renew::Gone),
             Value::Int(-1) => Ok(Renew::Other),
             Value::Int(-2) => Ok(Renew::Unvouched),
+            Value::Int(-3) => Ok(Renew::Paused),
             // That key's own error (the script reports it as a string).
             Value::BulkString(e) => Err(Error::backend(&r.group, String::from_utf8_lossy(&e))),
             other => Err(protocol_err(&r.group, &other)),

@@ -242,15 +242,11 @@ pub(super) async fn redis(mut conn: Conn, call: &Call<'_>) -> Result<Outcome> {
     for arg in args {
         invocation.arg(arg);
     }
-    let reply: Value = invocation
-        .invoke_async(&mut conn)
-        .await
-        .map_err(|e| Error::Backend {
-            group: call.group.to_owned(),
-            // RedisError's Display carries the server's message, never the URL.
-            message: format!("fenced {}: {e}", call.write.name()),
-            source: Some(Box::new(e)),
-        })?;
+    let reply: Value = invocation.invoke_async(&mut conn).await.map_err(|e| {
+        // RedisError's Display carries the server's message, never the URL.
+        let message = format!("fenced {}: {e}", call.write.name());
+        Error::redis(Some(call.group), message, e)
+    })?;
     parse(call.group, call.write.name(), reply)
 }
 

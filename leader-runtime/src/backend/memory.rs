@@ -9,13 +9,15 @@ use tokio::sync::broadcast;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::admin::{Inspected, PauseMark};
 use super::fence::{Call, MemoryKeys as FencedKeys, Outcome};
-use super::{Acquire, NoticeSink, Op, Renew, SafeStart};
+use super::{Acquire, Channels, NoticeSink, Op, Renew, SafeStart};
 use crate::names::GroupKeys;
 use crate::{Error, Result};
 
 #[cfg(feature = "cron")]
 mod cron;
+mod once;
 
 /// An in-process lease store with the same semantics as the Redis backend
 /// (TTL, compare-and-set, fencing tokens, release notices), driven by tokio's
@@ -77,6 +79,10 @@ struct Data {
     cron: cron::CronData,
     /// Keys written by fenced writes ([`crate::Fence`]).
     fenced: FencedKeys,
+    /// Results of run-once names (see `memory/once.rs`).
+    once: once::OnceData,
+    /// The pause keys of paused groups, with who paused and why.
+    paused: HashMap<String, PauseMark>,
 }
 
 /// A group's record, as `backend/record.lua` describes it.
@@ -341,7 +347,7 @@ impl MemoryBackend {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn check_available(&self, group: &str) -> Result<()> {
+    pub(super) fn check_available(&self, group: &str) -> Result<()> {
         if self.inner.available.load(Ordering::SeqCst) {
             Ok(())
         } else {
@@ -365,6 +371,10 @@ impl MemoryBackend {
     pub(super) fn acquire(&self, op: &Op<'_>, ttl: Duration) -> Result<Acquire> {
         self.check_available(op.group)?;
         let mut state = self.state();
+        // The rule of acquire.lua: a paused group is acquired by nobody.
+        if state.data.paused.contains_key(&op.keys.paused) {
+            return Ok(Acquire::Paused);
+        }
         let reclaim = match Self::live(&mut state, &op.keys.lease) {
             Some((holder, exp)) if holder != op.id => {
                 let pttl = exp.saturating_duration_since(Instant::now());
@@ -432,6 +442,7 @@ impl MemoryBackend {
         let mut state = self.state();
         let found = Self::live(&mut state, &op.keys.lease).map(|(h, _)| h == op.id);
         Ok(match found {
+            Some(true) if state.data.paused.contains_key(&op.keys.paused) => Renew::Paused,
             Some(true) => {
                 let now = Instant::now();
                 let run = state.run;
@@ -480,6 +491,18 @@ impl MemoryBackend {
         Ok(ours)
     }
 
+    /// Whether the backend answers (no simulated outage).
+    pub(super) fn ping(&self) -> Result<()> {
+        if self.inner.available.load(Ordering::SeqCst) {
+            Ok(())
+        } else {
+            Err(Error::Connection {
+                message: "memory backend is unavailable (simulated outage)".to_owned(),
+                source: None,
+            })
+        }
+    }
+
     pub(super) fn holder(&self, group: &str, keys: &GroupKeys) -> Result<Option<String>> {
         self.check_available(group)?;
         let mut state = self.state();
@@ -488,7 +511,7 @@ impl MemoryBackend {
 
     pub(super) fn spawn_notices(
         &self,
-        channel: String,
+        channel: Channels,
         sink: NoticeSink,
         up: Arc<AtomicBool>,
         stop: CancellationToken,
@@ -502,15 +525,68 @@ impl MemoryBackend {
                     r = rx.recv() => r,
                 };
                 match received {
-                    Ok((ch, payload)) if ch == channel => {
-                        if let Some((group, by)) = crate::names::parse_notice(&payload) {
-                            sink(group, by);
+                    Ok((ch, payload)) => {
+                        if let Some(notice) = channel.parse(&ch, &payload) {
+                            sink(notice);
                         }
                     }
-                    Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+                    Err(broadcast::error::RecvError::Lagged(_)) => {}
                     Err(broadcast::error::RecvError::Closed) => return,
                 }
             }
         });
+    }
+}
+
+/// What the admin API (`admin.rs`) reads and writes.
+impl MemoryBackend {
+    /// Publish `payload` on `channel`, as Redis `PUBLISH` would.
+    pub(crate) fn publish(&self, channel: &str, payload: String) {
+        // No receiver is fine: nobody listens.
+        let _ = self.inner.notices.send((channel.to_owned(), payload));
+    }
+
+    /// Set the pause key `key`; whether it was new.
+    pub(crate) fn set_paused(&self, group: &str, key: &str, mark: PauseMark) -> Result<bool> {
+        self.check_available(group)?;
+        Ok(self
+            .state()
+            .data
+            .paused
+            .insert(key.to_owned(), mark)
+            .is_none())
+    }
+
+    /// Delete the pause key `key`; whether it existed.
+    pub(crate) fn clear_paused(&self, group: &str, key: &str) -> Result<bool> {
+        self.check_available(group)?;
+        Ok(self.state().data.paused.remove(key).is_some())
+    }
+
+    /// What one group's keys hold.
+    pub(crate) fn inspect(&self, group: &str, keys: &GroupKeys) -> Result<Inspected> {
+        self.check_available(group)?;
+        let mut state = self.state();
+        let holder = Self::live(&mut state, &keys.lease).map(|(h, exp)| {
+            let left = exp.saturating_duration_since(Instant::now());
+            (h.clone(), Some(left))
+        });
+        Ok(Inspected {
+            holder,
+            token: state.data.records.get(&keys.record).map(|r| r.token),
+            paused: state.data.paused.get(&keys.paused).cloned(),
+        })
+    }
+
+    /// Every key of the lease protocol (lease, record, pause key).
+    pub(crate) fn keys(&self) -> Result<Vec<String>> {
+        self.check_available("*")?;
+        let state = self.state();
+        let data = &state.data;
+        let keys = data.leases.keys().chain(data.records.keys());
+        let keys = keys.chain(data.paused.keys()).cloned();
+        #[cfg(feature = "cron")]
+        let keys = keys.chain(data.cron.history_keys());
+        Ok(keys.collect())
     }
 }

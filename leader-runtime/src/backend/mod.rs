@@ -5,12 +5,14 @@
 //! (acquire, renew, release) atomically, reads the holder, and delivers
 //! release notices.
 
+pub(crate) mod admin;
 mod batch;
 #[cfg(feature = "cron")]
 pub(crate) mod cron;
 pub(crate) mod fence;
 mod memory;
-mod redis;
+pub(crate) mod once;
+pub(crate) mod redis;
 mod sentinel;
 
 use std::future::Future;
@@ -24,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 pub(crate) use self::batch::slot;
 pub use self::memory::{MemoryBackend, MemorySnapshot};
 pub(crate) use self::redis::{RedisBackend, RedisConfig, RedisOptions};
-use crate::names::GroupKeys;
+use crate::names::{Control, GroupKeys};
 use crate::{Error, Result};
 
 /// What an acquire found.
@@ -42,6 +44,8 @@ pub(crate) enum Acquire {
         holder: String,
         pttl: Option<Duration>,
     },
+    /// The group is paused fleet-wide: nobody may acquire it.
+    Paused,
 }
 
 /// Why a new leader's view must wait before it begins: an earlier holder
@@ -86,11 +90,46 @@ pub(crate) enum Renew {
     /// process (a restart from disk, a failover, a restore): nothing was
     /// renewed; acquire again, with a safe start.
     Unvouched,
+    /// We hold it, but the group is paused: nothing was renewed; hand over.
+    Paused,
 }
 
-/// Called for every release notice: `(group, releasing instance id)`; the
-/// group [`EVERY_GROUP`] means the notice connection came back after a loss.
-pub(crate) type NoticeSink = Arc<dyn Fn(&str, &str) + Send + Sync>;
+/// What arrives on the notice connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Notice<'a> {
+    /// An instance released `group` (the group [`EVERY_GROUP`]: the notice
+    /// connection came back after a loss, `by` is empty).
+    Released { group: &'a str, by: &'a str },
+    /// An operator's request about `group` (on the control channel).
+    Control { group: &'a str, request: Control },
+}
+
+/// The channels the notice connection listens on.
+#[derive(Debug, Clone)]
+pub(crate) struct Channels {
+    /// Release notices: `"<group> <instance id>"`.
+    pub(crate) release: String,
+    /// Operators' requests (see [`Control`]).
+    pub(crate) control: String,
+}
+
+impl Channels {
+    /// The notice a message on `channel` with `payload` stands for, if any.
+    pub(crate) fn parse<'a>(&self, channel: &str, payload: &'a str) -> Option<Notice<'a>> {
+        if channel == self.release {
+            let (group, by) = crate::names::parse_notice(payload)?;
+            Some(Notice::Released { group, by })
+        } else if channel == self.control {
+            let (request, group) = Control::parse(payload)?;
+            Some(Notice::Control { group, request })
+        } else {
+            None
+        }
+    }
+}
+
+/// Called for every notice.
+pub(crate) type NoticeSink = Arc<dyn Fn(Notice<'_>) + Send + Sync>;
 
 /// The group of a notice to every group (`*` is never a group name): the
 /// backend's notice connection came back after it was lost — the server may
@@ -161,6 +200,15 @@ impl Backend {
         }
     }
 
+    /// One round trip that needs no group: `PING` (connecting, and so
+    /// authenticating and selecting the database, first if need be).
+    pub(crate) async fn ping(&self) -> Result<()> {
+        match self {
+            Backend::Redis(b) => b.ping().await,
+            Backend::Memory(b) => b.ping(),
+        }
+    }
+
     pub(crate) async fn holder(&self, group: &str, keys: &GroupKeys) -> Result<Option<String>> {
         match self {
             Backend::Redis(b) => b.holder(group, keys).await,
@@ -177,11 +225,11 @@ impl Backend {
         }
     }
 
-    /// Start delivering release notices on `channel` to `sink` until `stop`;
+    /// Start delivering notices on `channels` to `sink` until `stop`;
     /// `up` tells whether notices can currently arrive.
     pub(crate) fn spawn_notices(
         &self,
-        channel: String,
+        channel: Channels,
         sink: NoticeSink,
         up: Arc<AtomicBool>,
         retry: Duration,

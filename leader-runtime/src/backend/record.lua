@@ -1,6 +1,12 @@
 -- record.lua: helpers of the lease scripts, prepended to acquire, renew,
 -- renew_many and release (Redis scripts cannot include one another).
 --
+-- The pause key of a group ({prefix}:{group}:paused, a hash, no expiry)
+-- exists while an operator paused the group fleet-wide: no acquire succeeds
+-- (not even a re-claim) and no renew extends the lease, so the leader hands
+-- over at its next renewal even if it missed the pause notice. Pausing and
+-- resuming write nothing else: the record's invariants below are untouched.
+--
 -- The record of a group (a hash, no expiry) tells a new leader how long the
 -- earlier ones may still believe they lead, even when the lease key is gone:
 --   token  the last fencing token issued: decimal, at most i64::MAX, and never
@@ -91,15 +97,23 @@ local function read_record(key)
   return rec
 end
 
+-- Whether the group whose pause key is key is paused. (TYPE, not EXISTS:
+-- ACL rules written for earlier versions allow TYPE.)
+local function paused(key)
+  return redis.call('TYPE', key)['ok'] ~= 'none'
+end
+
 -- Renew the lease at lease for holder id until now + ttl, if its record is
--- vouched for: 1 renewed, 0 gone, -1 someone else holds it, -2 the record is
--- not vouched for (nothing written).
-local function renew_one(lease, record, id, now, ttl, run)
+-- vouched for and the group is not paused (pause key pause): 1 renewed, 0
+-- gone, -1 someone else holds it, -2 the record is not vouched for, -3 the
+-- group is paused (nothing written for -2 and -3).
+local function renew_one(lease, record, pause, id, now, ttl, run)
   local holder = redis.call('GET', lease)
   if holder ~= id then
     if holder then return -1 end
     return 0
   end
+  if paused(pause) then return -3 end
   if redis.call('TYPE', record)['ok'] ~= 'hash' then return -2 end
   local f = redis.call('HMGET', record, 'until', 'run')
   if f[2] ~= run then return -2 end

@@ -21,13 +21,14 @@ use tokio_util::sync::CancellationToken;
 
 use super::batch::RenewBatcher;
 use super::sentinel::SentinelConn;
-use super::{Acquire, NoticeSink, Op, Renew, SafeStart};
+use super::{Acquire, Channels, Notice, NoticeSink, Op, Renew, SafeStart};
 use crate::names::GroupKeys;
 use crate::redact::redact_url;
 use crate::{Error, Result};
 
 #[cfg(feature = "cron")]
 mod cron;
+mod once;
 
 /// Where and how to reach Redis, as the config builder collected it.
 #[derive(Clone)]
@@ -219,6 +220,15 @@ impl Clients {
                     ),
                 )
             })?;
+            if config.cluster && info.redis_settings().db() != 0 {
+                return Err(Error::config(
+                    field,
+                    format!(
+                        "must not name a database ({}): Redis Cluster has only database 0",
+                        redact_url(url)
+                    ),
+                ));
+            }
             if config.sentinel.is_some() {
                 infos.push((info, redact_url(url)));
             } else {
@@ -472,6 +482,7 @@ impl RedisBackend {
             .acquire
             .key(&op.keys.lease)
             .key(&op.keys.record)
+            .key(&op.keys.paused)
             .arg(op.id)
             .arg(millis(ttl))
             .invoke_async(&mut self.conn.clone())
@@ -488,9 +499,10 @@ impl RedisBackend {
         pipe.ignore_errors();
         pipe.cmd("EVALSHA")
             .arg(script.get_hash())
-            .arg(2)
+            .arg(3)
             .arg(&op.keys.lease)
             .arg(&op.keys.record)
+            .arg(&op.keys.paused)
             .arg(op.id)
             .arg(millis(ttl));
         pipe.cmd("WAIT")
@@ -551,7 +563,7 @@ impl RedisBackend {
                 unconfirmed.remove(op.group);
                 Ok(Acquire::Won { token, wait, why })
             }
-            held @ Acquire::Held { .. } => {
+            held @ (Acquire::Held { .. } | Acquire::Paused) => {
                 unconfirmed.remove(op.group);
                 Ok(held)
             }
@@ -560,6 +572,11 @@ impl RedisBackend {
     /// The command connection (cheap to clone), for fenced writes.
     pub(super) fn conn(&self) -> Conn {
         self.conn.clone()
+    }
+
+    /// Whether this is a Redis Cluster (commands go to the node of their slot).
+    pub(super) fn is_cluster(&self) -> bool {
+        matches!(self.conn, Conn::Cluster(_))
     }
 
     pub(super) async fn renew(&self, op: &Op<'_>, ttl: Duration) -> Result<Renew> {
@@ -593,6 +610,16 @@ impl RedisBackend {
         }
     }
 
+    /// `PING` on the command connection; a failure is the connection's, not
+    /// a group's.
+    pub(super) async fn ping(&self) -> Result<()> {
+        redis::cmd("PING")
+            .query_async::<Value>(&mut self.conn.clone())
+            .await
+            .map(drop)
+            .map_err(|e| connection_err(&e))
+    }
+
     pub(super) async fn holder(&self, group: &str, keys: &GroupKeys) -> Result<Option<String>> {
         let reply: Value = redis::cmd("GET")
             .arg(&keys.lease)
@@ -608,7 +635,7 @@ impl RedisBackend {
 
     pub(super) fn spawn_notices(
         &self,
-        channel: String,
+        channel: Channels,
         sink: NoticeSink,
         up: Arc<AtomicBool>,
         retry: Duration,
@@ -719,7 +746,7 @@ struct Health {
 #[allow(clippy::too_many_arguments)]
 async fn listen(
     client: &redis::Client,
-    channel: &str,
+    channel: &Channels,
     sink: &NoticeSink,
     up: &AtomicBool,
     timeout: Duration,
@@ -732,16 +759,38 @@ async fn listen(
         .await
         .map_err(|_| timeout_err(timeout))?
         .map_err(err)?;
-    tokio::time::timeout(timeout, pubsub.subscribe(channel))
+    tokio::time::timeout(timeout, pubsub.subscribe(&channel.release))
         .await
         .map_err(|_| timeout_err(timeout))?
         .map_err(err)?;
+    // Operators' requests. An ACL user written for an earlier version may
+    // not reach this channel: releases still work, a pause still takes
+    // effect at the leader's next renewal; only the quick path is lost.
+    match tokio::time::timeout(timeout, pubsub.subscribe(&channel.control)).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) if e.kind() == ErrorKind::Server(ServerErrorKind::NoPerm) => {
+            tracing::warn!(
+                channel = channel.control,
+                error = %e,
+                "cannot subscribe to control requests (allow the channel to the ACL user): \
+                 step-down requests are not received, and pauses take effect at the next renewal"
+            );
+        }
+        Ok(Err(e)) => return Err(err(e)),
+        Err(_) => return Err(timeout_err(timeout)),
+    }
     up.store(true, Ordering::SeqCst);
-    tracing::debug!(channel, "listening for release notices");
+    tracing::debug!(
+        ?channel,
+        "listening for release notices and control requests"
+    );
     if reconnect {
         // Redis may have restarted empty meanwhile: leaders renew now,
         // instead of up to one renew interval later.
-        sink(super::EVERY_GROUP, "");
+        sink(Notice::Released {
+            group: super::EVERY_GROUP,
+            by: "",
+        });
     }
     let (mut commands, mut messages) = pubsub.split();
     let mut next_ping = Instant::now() + health.every;
@@ -775,9 +824,9 @@ async fn listen(
                 continue;
             }
         };
-        match crate::names::parse_notice(&payload) {
-            Some((group, by)) => sink(group, by),
-            None => tracing::warn!(payload, "ignoring a malformed release notice"),
+        match channel.parse(msg.get_channel_name(), &payload) {
+            Some(notice) => sink(notice),
+            None => tracing::warn!(payload, "ignoring a malformed notice"),
         }
     }
 }
@@ -792,6 +841,14 @@ fn backend_message(message: &str) -> Error {
 
 fn parse_acquire(group: &str, reply: Value) -> Result<Acquire> {
     let items = match reply {
+        Value::Array(items) if items.len() == 2 => {
+            return match items.as_slice() {
+                [Value::Int(2), Value::BulkString(word)] if word == b"paused" => {
+                    Ok(Acquire::Paused)
+                }
+                _ => Err(protocol_err(group, "acquire", &Value::Array(items))),
+            };
+        }
         Value::Array(items) if items.len() == 3 || items.len() == 4 => items,
         other => return Err(protocol_err(group, "acquire", &other)),
     };
@@ -829,20 +886,13 @@ fn millis(d: Duration) -> u64 {
 
 fn backend_err(group: &str, e: &redis::RedisError) -> Error {
     // RedisError's Display carries the server's message, never the URL.
-    Error::Backend {
-        group: group.to_owned(),
-        message: e.to_string(),
-        source: Some(Box::new(e.clone())),
-    }
+    Error::redis(Some(group), e.to_string(), e.clone())
 }
 
 /// A connection-level error: no group's call failed.
 fn connection_err(e: &redis::RedisError) -> Error {
     // RedisError's Display carries the server's message, never the URL.
-    Error::Connection {
-        message: e.to_string(),
-        source: Some(Box::new(e.clone())),
-    }
+    Error::redis(None, e.to_string(), e.clone())
 }
 
 /// The release-notice connection did not answer in time.
@@ -996,6 +1046,8 @@ mod tests {
                 pttl: Some(Duration::from_millis(1500))
             }
         );
+        let paused = Value::Array(vec![Value::Int(2), Value::BulkString(b"paused".to_vec())]);
+        assert_eq!(parse_acquire("g", paused).unwrap(), Acquire::Paused);
         let no_expiry = Value::Array(vec![
             Value::Int(0),
             Value::BulkString(b"b".to_vec()),
@@ -1016,6 +1068,7 @@ mod tests {
             won("7", 0, "sometime"),
             Value::Array(vec![Value::Int(1), Value::Int(42), Value::Int(0)]),
             Value::Array(vec![Value::Int(7), Value::Int(1), Value::Int(0)]),
+            Value::Array(vec![Value::Int(2), Value::BulkString(b"later".to_vec())]),
         ] {
             assert!(matches!(
                 parse_acquire("g", bad),

@@ -1,6 +1,7 @@
 -- renew: extend the lease if we still hold it (record.lua prepended).
 -- KEYS[1]  lease key
 -- KEYS[2]  record key: its `until` follows the lease (see record.lua)
+-- KEYS[3]  pause key (see record.lua)
 -- ARGV[1]  our instance id
 -- ARGV[2]  ttl in milliseconds
 -- returns   1  renewed
@@ -8,6 +9,7 @@
 --          -1  another instance (or another value) holds it
 --          -2  the record is not vouched for (restart from disk, failover,
 --              restore): nothing written; acquire again (a safe start)
+--          -3  the group is paused: nothing written; hand over (drain, release)
 if redis.replicate_commands then redis.replicate_commands() end
 local now = server_now()
-return renew_one(KEYS[1], KEYS[2], ARGV[1], now, tonumber(ARGV[2]), this_run())
+return renew_one(KEYS[1], KEYS[2], KEYS[3], ARGV[1], now, tonumber(ARGV[2]), this_run())

@@ -8,11 +8,10 @@ mod on {
 
     use crate::cron::Outcome;
 
-    pub(crate) const RUNS: &str = "leader_cron_runs_total";
-    pub(crate) const LATE: &str = "leader_cron_late_total";
-    pub(crate) const SKIPPED: &str = "leader_cron_skipped_total";
-    pub(crate) const MISSED: &str = "leader_cron_missed_total";
-    pub(crate) const DURATION: &str = "leader_cron_run_seconds";
+    use crate::metrics::{
+        CRON_LATE as LATE, CRON_MISSED as MISSED, CRON_RUNS as RUNS, CRON_RUN_SECONDS as DURATION,
+        CRON_SKIPPED as SKIPPED,
+    };
 
     fn describe() {
         static ONCE: Once = Once::new();

@@ -3,7 +3,7 @@
 //! admitted body whatever thread it ran on, and the ended leaderships kept
 //! for a body that never returns are bounded.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -160,17 +160,12 @@ async fn a_drain_waits_for_every_body_admitted_on_any_thread() {
     let running = Arc::new(AtomicUsize::new(0));
     let admitted = Arc::new(AtomicUsize::new(0));
     for round in 0..20 {
-        let stop = Arc::new(AtomicBool::new(false));
         let callers: Vec<_> = (0..8)
             .map(|_| {
-                let (group, running, admitted, stop) = (
-                    group.clone(),
-                    running.clone(),
-                    admitted.clone(),
-                    stop.clone(),
-                );
+                let (group, running, admitted) = (group.clone(), running.clone(), admitted.clone());
+                // Gated calls until one is refused (the drain stopped admitting).
                 tokio::spawn(async move {
-                    while !stop.load(SeqCst) {
+                    loop {
                         let body = async {
                             admitted.fetch_add(1, SeqCst);
                             running.fetch_add(1, SeqCst);
@@ -179,8 +174,9 @@ async fn a_drain_waits_for_every_body_admitted_on_any_thread() {
                             }
                             running.fetch_sub(1, SeqCst);
                         };
-                        crate::admission::run(&group, false, body).await;
-                        tokio::task::yield_now().await;
+                        if crate::admission::run(&group, false, body).await.is_none() {
+                            break;
+                        }
                     }
                 })
             })
@@ -189,18 +185,13 @@ async fn a_drain_waits_for_every_body_admitted_on_any_thread() {
         while admitted.load(SeqCst) < before + 200 {
             tokio::task::yield_now().await;
         }
-        assert!(
-            group
-                .runs
-                .drain(Instant::now() + Duration::from_secs(60))
-                .await
-        );
+        let deadline = Instant::now() + Duration::from_secs(60);
+        assert!(group.runs.drain(deadline).await);
         assert_eq!(
             running.load(SeqCst),
             0,
             "round {round}: a body still ran after the drain"
         );
-        stop.store(true, SeqCst);
         for caller in callers {
             caller.await.unwrap();
         }

@@ -19,6 +19,13 @@ pub(super) struct CronData {
     histories: HashMap<String, VecDeque<String>>,
 }
 
+impl CronData {
+    /// The history keys of every job (for the admin API's listing).
+    pub(super) fn history_keys(&self) -> impl Iterator<Item = String> + '_ {
+        self.histories.keys().cloned()
+    }
+}
+
 /// A job's decisions; the fields of the job hash in `claim.lua`.
 #[derive(Debug, Default, Clone)]
 struct Job {

@@ -4,7 +4,7 @@
 //! on a multiplexed connection to a local `redis-server` this harness starts.
 //!
 //! ```text
-//! cargo bench --bench fence -- [--ops 2000] [--rounds 10]
+//! cargo bench -p leader-e2e --bench fence -- [--ops 2000] [--rounds 10]
 //! ```
 //!
 //! The kinds of write alternate round by round, so a change in the machine's

@@ -2,7 +2,7 @@
 //! Prometheus recorder and render in its text format. (It installs the
 //! process-wide recorder: one test in this file.)
 
-#[path = "../examples/metrics.rs"]
+#[path = "../../examples/metrics.rs"]
 #[allow(dead_code)] // the example's `main`
 mod metrics_example;
 

@@ -2,9 +2,9 @@
 //! many groups.
 //!
 //! ```text
-//! cargo bench --bench load -- fleet [--groups 1] [--instances 3] [--secs 60]
+//! cargo bench -p leader-e2e --bench load -- fleet [--groups 1] [--instances 3] [--secs 60]
 //!     [--ttl-ms 15000] [--renew-ms 5000]
-//! cargo bench --bench load -- many [--groups 10000] [--secs 60] [--ttl-ms 15000] [--renew-ms 5000]
+//! cargo bench -p leader-e2e --bench load -- many [--groups 10000] [--secs 60] [--ttl-ms 15000] [--renew-ms 5000]
 //! ```
 //!
 //! `fleet`: N instance processes (this binary, re-run as `instance`) join the

@@ -1,5 +1,5 @@
 //! The safety and liveness checker over the lines of `leader-instance`
-//! processes (see `src/bin/leader-instance.rs` for the line format).
+//! processes (see `e2e/src/bin/leader-instance.rs` for the line format).
 //!
 //! A *leadership window* is what one process believed about one token:
 //! it starts at its `elected` line and ends at the last `valid_until` it

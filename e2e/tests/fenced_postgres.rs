@@ -5,7 +5,7 @@
 //! with a message saying so; it never passes silently.
 
 #[allow(dead_code)] // `main` is the example's, unused here
-#[path = "../examples/fenced_postgres.rs"]
+#[path = "../../examples/fenced_postgres.rs"]
 mod fenced_postgres;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

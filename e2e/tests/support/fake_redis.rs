@@ -2,8 +2,9 @@
 //! whatever a test tells it to — for "a Redis that answers with unexpected
 //! types". Connection set-up commands and SUBSCRIBE get normal answers.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
@@ -11,16 +12,32 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-/// Which lease operation a script call is, by its shape.
+/// Which lease operation a script call is, by the script's first line
+/// (`-- acquire: …`; acquire and renew have the same shape, three keys and
+/// two arguments, so the shape cannot tell them apart).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Op {
-    /// Two keys.
     Acquire,
-    /// One key, two arguments.
+    /// `renew.lua` and `renew_many.lua`, and any other script.
     Renew,
-    /// One key, three arguments.
     Release,
 }
+
+impl Op {
+    fn of_script(text: &str) -> Op {
+        if text.contains("\n-- acquire:") {
+            Op::Acquire
+        } else if text.contains("\n-- release:") {
+            Op::Release
+        } else {
+            Op::Renew
+        }
+    }
+}
+
+/// The scripts loaded so far, by their SHA1 (the client sends `EVALSHA`
+/// first; an unknown SHA gets `NOSCRIPT`, and the client loads the text).
+type Loaded = Arc<Mutex<HashMap<String, Op>>>;
 
 /// Raw RESP replies for one operation, used in turn (cycling).
 pub type Replies = Arc<dyn Fn(Op, u64) -> Vec<u8> + Send + Sync>;
@@ -45,9 +62,15 @@ impl FakeRedis {
         let addr = listener.local_addr()?;
         let (counter, calls) = watch::channel(0u64);
         let counter = Arc::new(counter);
+        let loaded = Loaded::default();
         let task = tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
-                tokio::spawn(serve(stream, replies.clone(), counter.clone()));
+                tokio::spawn(serve(
+                    stream,
+                    replies.clone(),
+                    counter.clone(),
+                    loaded.clone(),
+                ));
             }
         });
         Ok(FakeRedis { addr, calls, task })
@@ -101,7 +124,12 @@ fn bulk(s: &str) -> String {
     format!("${}\r\n{s}\r\n", s.len())
 }
 
-async fn serve(stream: TcpStream, replies: Replies, calls: Arc<watch::Sender<u64>>) {
+async fn serve(
+    stream: TcpStream,
+    replies: Replies,
+    calls: Arc<watch::Sender<u64>>,
+    loaded: Loaded,
+) {
     let (rd, mut wr) = stream.into_split();
     let mut rd = BufReader::new(rd);
     while let Some(args) = read_command(&mut rd).await {
@@ -111,12 +139,21 @@ async fn serve(stream: TcpStream, replies: Replies, calls: Arc<watch::Sender<u64
             .unwrap_or_default();
         let reply: Vec<u8> = match name.as_str() {
             "EVALSHA" | "EVAL" => {
-                let keys: usize = args.get(2).and_then(|k| k.parse().ok()).unwrap_or(0);
-                let argv = args.len().saturating_sub(3 + keys);
-                let op = match (keys, argv) {
-                    (2, _) => Op::Acquire,
-                    (_, 3) => Op::Release,
-                    _ => Op::Renew,
+                let script = args.get(1).cloned().unwrap_or_default();
+                let op = if name == "EVAL" {
+                    Op::of_script(&script)
+                } else {
+                    let known = loaded.lock().unwrap().get(&script).copied();
+                    match known {
+                        Some(op) => op,
+                        None => {
+                            let reply = b"-NOSCRIPT No matching script. Please use EVAL.\r\n";
+                            if wr.write_all(reply).await.is_err() {
+                                return;
+                            }
+                            continue;
+                        }
+                    }
                 };
                 let mut n = 0;
                 calls.send_modify(|c| {
@@ -125,7 +162,16 @@ async fn serve(stream: TcpStream, replies: Replies, calls: Arc<watch::Sender<u64
                 });
                 replies(op, n)
             }
-            "SCRIPT" => bulk("0000000000000000000000000000000000000000").into_bytes(),
+            "SCRIPT" => {
+                // SCRIPT LOAD <text>
+                let text = args.get(2).cloned().unwrap_or_default();
+                let sha = sha1_smol::Sha1::from(&text).digest().to_string();
+                loaded
+                    .lock()
+                    .unwrap()
+                    .insert(sha.clone(), Op::of_script(&text));
+                bulk(&sha).into_bytes()
+            }
             "SUBSCRIBE" => {
                 let channel = args.get(1).cloned().unwrap_or_default();
                 format!("*3\r\n{}{}:1\r\n", bulk("subscribe"), bulk(&channel)).into_bytes()

@@ -5,7 +5,7 @@
 //! each and prints min / median / p99 / max.
 //!
 //! ```text
-//! cargo bench --bench latency -- [--instances 3] [--rounds 50] [--ttl-ms 2000]
+//! cargo bench -p leader-e2e --bench latency -- [--instances 3] [--rounds 50] [--ttl-ms 2000]
 //!     [--renew-ms 500] [--modes crash,sigterm,step_down]
 //! ```
 //!

@@ -2,7 +2,7 @@
 //! port, for runtimes on a shared in-memory backend, and a plain TCP client
 //! asks it.
 
-#[path = "../examples/health.rs"]
+#[path = "../../examples/health.rs"]
 #[allow(dead_code)] // the example's `main`
 mod health;
 

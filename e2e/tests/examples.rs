@@ -7,11 +7,11 @@
 //! that may touch it.
 
 #[allow(dead_code)] // `main` is the example's, unused here
-#[path = "../examples/quickstart.rs"]
+#[path = "../../examples/quickstart.rs"]
 mod quickstart;
 
 #[allow(dead_code)]
-#[path = "../examples/programmatic.rs"]
+#[path = "../../examples/programmatic.rs"]
 mod programmatic;
 
 fn lines_containing<'a>(lines: &'a [String], needle: &str) -> Vec<&'a String> {

@@ -3,8 +3,8 @@
 //! the global runtime and through `Runtime::scope`; and `is_leader`.
 //!
 //! ```text
-//! cargo bench --bench gate                            # wall time
-//! BENCH_CLOCK=thread-cpu cargo bench --bench gate     # CPU time of the bench thread
+//! cargo bench -p leader-e2e --bench gate                            # wall time
+//! BENCH_CLOCK=thread-cpu cargo bench -p leader-e2e --bench gate     # CPU time of the bench thread
 //! ```
 //!
 //! The gate never touches the backend, so an in-memory backend with a long
@@ -265,7 +265,7 @@ impl ValueFormatter for Nanos {
     }
 }
 
-/// `cargo bench --bench gate` measures wall time, as criterion does by
+/// `cargo bench -p leader-e2e --bench gate` measures wall time, as criterion does by
 /// default; with `BENCH_CLOCK=thread-cpu` it measures the benchmarking
 /// thread's CPU time instead (for a machine busy with other work).
 fn main() {

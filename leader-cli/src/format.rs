@@ -1,0 +1,104 @@
+//! How things print: times, durations, a group as a line or as JSON.
+
+use std::time::{Duration, SystemTime};
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use leader_runtime::admin::GroupInfo;
+use leader_runtime::cron::Run;
+use serde_json::{json, Value};
+
+/// A wall-clock time as RFC 3339, UTC, in milliseconds.
+pub(crate) fn time(t: SystemTime) -> String {
+    DateTime::<Utc>::from(t).to_rfc3339_opts(SecondsFormat::Millis, true)
+}
+
+/// Now, as [`time`] prints it.
+pub(crate) fn now() -> String {
+    time(SystemTime::now())
+}
+
+/// A duration the way a person reads it: `850ms`, `4.2s`, `3m12s`, `2h5m`.
+pub(crate) fn duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms < 1_000 {
+        format!("{ms}ms")
+    } else if ms < 60_000 {
+        format!("{:.1}s", d.as_secs_f64())
+    } else if ms < 3_600_000 {
+        format!("{}m{}s", ms / 60_000, ms / 1_000 % 60)
+    } else {
+        format!("{}h{}m", ms / 3_600_000, ms / 60_000 % 60)
+    }
+}
+
+/// What `status` says of a pause: `by ops@host since <time> (reason)`.
+pub(crate) fn pause(info: &GroupInfo) -> Option<String> {
+    let p = info.paused.as_ref()?;
+    let mut out = format!("by {} since {}", p.by, time(p.at));
+    if let Some(reason) = &p.reason {
+        out.push_str(&format!(": {reason}"));
+    }
+    Some(out)
+}
+
+/// One run of a cron job as a line.
+pub(crate) fn run(job: &str, r: &Run) -> String {
+    format!(
+        "{}  {job}  {}  in {}  on {} (token {}, started {})",
+        time(r.scheduled),
+        r.outcome,
+        duration(r.duration),
+        r.instance,
+        r.token,
+        time(r.started),
+    )
+}
+
+pub(crate) fn run_json(job: &str, r: &Run) -> Value {
+    json!({
+        "job": job,
+        "scheduled": time(r.scheduled),
+        "started": time(r.started),
+        "duration_ms": u64::try_from(r.duration.as_millis()).unwrap_or(u64::MAX),
+        "outcome": r.outcome.to_string(),
+        "instance": r.instance,
+        "token": r.token,
+    })
+}
+
+pub(crate) fn group_json(info: &GroupInfo, jobs: &[(String, Vec<Run>)]) -> Value {
+    json!({
+        "group": info.group,
+        "holder": info.holder,
+        "token": info.token,
+        "expires_in_ms": info.expires_in.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+        "paused": info.paused.as_ref().map(|p| json!({
+            "by": p.by,
+            "at": time(p.at),
+            "reason": p.reason,
+        })),
+        "cron_jobs": jobs.iter().map(|(job, runs)| json!({
+            "job": job,
+            "last_runs": runs.iter().map(|r| run_json(job, r)).collect::<Vec<_>>(),
+        })).collect::<Vec<_>>(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_naturally() {
+        assert_eq!(duration(Duration::from_millis(850)), "850ms");
+        assert_eq!(duration(Duration::from_millis(4_249)), "4.2s");
+        assert_eq!(duration(Duration::from_secs(192)), "3m12s");
+        assert_eq!(duration(Duration::from_secs(7_500)), "2h5m");
+    }
+
+    #[test]
+    fn times_are_utc_rfc3339() {
+        let t = SystemTime::UNIX_EPOCH + Duration::from_millis(1_700_000_000_123);
+        assert_eq!(time(t), "2023-11-14T22:13:20.123Z");
+    }
+}

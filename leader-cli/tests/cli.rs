@@ -1,0 +1,487 @@
+//! The `leader` binary as a process, against a real `redis-server` (one per
+//! test) with instances running in this test process.
+
+use std::process::Output;
+use std::time::Duration;
+
+use leader_runtime::{Config, Runtime};
+use leader_testkit::{ChildProcess, RedisServer};
+use serde_json::Value;
+use tokio::process::Command;
+use tokio::time::{timeout, Instant};
+
+const G: &str = "jobs";
+const TTL: Duration = Duration::from_millis(1500);
+const RENEW: Duration = Duration::from_millis(500);
+const RETRY: Duration = Duration::from_millis(200);
+
+fn instance(server: &RedisServer, id: &str) -> Runtime {
+    let config = Config::builder()
+        .redis_url(server.url())
+        .ttl(TTL)
+        .renew_interval(RENEW)
+        .retry_interval(RETRY)
+        .instance_id(id)
+        .build()
+        .unwrap();
+    Runtime::new(config).unwrap()
+}
+
+/// `leader` with no connection settings from this environment.
+fn command() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_leader"));
+    for var in [
+        "LEADER_REDIS_URL",
+        "LEADER_REDIS_CLUSTER_URLS",
+        "LEADER_REDIS_SENTINEL_MASTER",
+        "LEADER_REDIS_SENTINEL_URLS",
+        "REDIS_URL",
+    ] {
+        cmd.env_remove(var);
+    }
+    cmd.kill_on_drop(true);
+    cmd
+}
+
+/// Run `leader --url <server> args…` to its end (at most 30 s).
+async fn leader(server: &RedisServer, args: &[&str]) -> Output {
+    let mut cmd = command();
+    cmd.arg("--url").arg(server.url()).args(args);
+    run(cmd).await
+}
+
+async fn run(mut cmd: Command) -> Output {
+    timeout(Duration::from_secs(30), cmd.output())
+        .await
+        .expect("leader did not exit within 30 s")
+        .unwrap()
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[track_caller]
+fn assert_exit(out: &Output, code: i32) {
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "stdout:\n{}\nstderr:\n{}",
+        stdout(out),
+        stderr(out)
+    );
+}
+
+/// Waits until `rt` leads `G` (the first election of a group waits one ttl).
+async fn until_leader(rt: &Runtime) {
+    let deadline = Instant::now() + TTL * 4;
+    while !rt.is_leader(G) {
+        assert!(Instant::now() < deadline, "{} never led", rt.instance_id());
+        rt.run_if_leader(G, || async {}).await;
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// `a` leads `G`, `b` follows.
+async fn fleet(server: &RedisServer) -> (Runtime, Runtime) {
+    let (a, b) = (instance(server, "a"), instance(server, "b"));
+    until_leader(&a).await;
+    assert!(b.run_if_leader(G, || async {}).await.is_none());
+    (a, b)
+}
+
+async fn status_json(server: &RedisServer) -> Value {
+    let out = leader(server, &["status", "--json"]).await;
+    assert_exit(&out, 0);
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", stdout(&out)))
+}
+
+fn group<'v>(status: &'v Value, name: &str) -> &'v Value {
+    status["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["group"] == name)
+        .unwrap_or_else(|| panic!("no {name} in {status:#}"))
+}
+
+#[tokio::test]
+async fn status_shows_the_leader() {
+    let server = RedisServer::start().await.unwrap();
+    let (a, b) = fleet(&server).await;
+    let token = a
+        .run_if_leader(G, || async {
+            leader_runtime::current_lease().unwrap().token()
+        })
+        .await
+        .unwrap();
+
+    let out = leader(&server, &["status"]).await;
+    assert_exit(&out, 0);
+    let text = stdout(&out);
+    let row = text
+        .lines()
+        .find(|l| l.starts_with("jobs "))
+        .unwrap_or_else(|| panic!("{text}"));
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(cells[..3], ["jobs", "a", &token.to_string()], "{text}");
+    assert_eq!(cells.last(), Some(&"no"), "not paused: {text}");
+
+    let status = status_json(&server).await;
+    assert_eq!(status["prefix"], "leader");
+    let jobs = group(&status, G);
+    assert_eq!(jobs["holder"], "a");
+    assert_eq!(jobs["token"], token);
+    assert!(jobs["paused"].is_null());
+    let left = jobs["expires_in_ms"].as_u64().unwrap();
+    assert!(left > 0 && left <= TTL.as_millis() as u64, "{left}");
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+#[tokio::test]
+async fn pause_hands_over_and_nobody_acquires_until_resume() {
+    let server = RedisServer::start().await.unwrap();
+    let (a, b) = fleet(&server).await;
+    let out = leader(
+        &server,
+        &["pause", G, "--reason", "incident 42", "--by", "ops"],
+    )
+    .await;
+    assert_exit(&out, 0);
+    assert!(
+        stdout(&out).contains("nobody leads `jobs`"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(!a.is_leader(G), "a handed over before the command returned");
+    tokio::time::sleep(TTL * 2).await;
+    assert!(
+        !a.is_leader(G) && !b.is_leader(G),
+        "nobody acquires while paused"
+    );
+    let status = status_json(&server).await;
+    let jobs = group(&status, G);
+    assert!(jobs["holder"].is_null(), "{jobs}");
+    assert_eq!(jobs["paused"]["by"], "ops");
+    assert_eq!(jobs["paused"]["reason"], "incident 42");
+    let text = stdout(&leader(&server, &["status"]).await);
+    assert!(text.contains("yes, by ops since"), "{text}");
+
+    let out = leader(&server, &["resume", G]).await;
+    assert_exit(&out, 0);
+    assert_eq!(stdout(&out).trim(), "resumed `jobs`");
+    timeout(TTL, async {
+        while !a.is_leader(G) && !b.is_leader(G) {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("nobody led after the resume");
+    assert!(group(&status_json(&server).await, G)["paused"].is_null());
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+#[tokio::test]
+async fn step_down_moves_leadership() {
+    let server = RedisServer::start().await.unwrap();
+    let (a, b) = fleet(&server).await;
+    let out = leader(&server, &["step-down", G]).await;
+    assert_exit(&out, 0);
+    let text = stdout(&out);
+    assert!(text.contains("asked a to hand `jobs` over"), "{text}");
+    assert!(
+        text.contains("now led by b") || text.contains("nobody leads it yet"),
+        "{text}"
+    );
+    timeout(TTL, async {
+        while !b.is_leader(G) {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("b did not take over");
+    assert!(!a.is_leader(G));
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+#[tokio::test]
+async fn step_down_of_a_group_nobody_holds_fails() {
+    let server = RedisServer::start().await.unwrap();
+    let out = leader(&server, &["step-down", "nobody-here"]).await;
+    assert_exit(&out, 1);
+    assert!(
+        stderr(&out).contains("nobody holds `nobody-here`"),
+        "{}",
+        stderr(&out)
+    );
+    let out = leader(&server, &["step-down", "bad group"]).await;
+    assert_exit(&out, 1);
+    assert!(stderr(&out).contains("invalid group"), "{}", stderr(&out));
+}
+
+#[tokio::test]
+async fn history_and_status_show_cron_runs() {
+    use tokio_cron_scheduler::JobScheduler;
+
+    let server = RedisServer::start().await.unwrap();
+    let a = instance(&server, "a");
+    until_leader(&a).await;
+    let scheduler = JobScheduler::new().await.unwrap();
+    let job = leader_runtime::cron::JobBuilder::new("* * * * * *", G)
+        .name("tick")
+        .runtime(&a)
+        .build(|_| async {})
+        .unwrap();
+    scheduler.add(job).await.unwrap();
+    scheduler.start().await.unwrap();
+    timeout(Duration::from_secs(10), async {
+        while a.cron_history(G, "tick").await.unwrap().is_empty() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("the job never ran");
+
+    let out = leader(&server, &["history", G, "tick"]).await;
+    assert_exit(&out, 0);
+    let text = stdout(&out);
+    assert!(
+        text.contains("  tick  ok  in ") && text.contains("on a (token "),
+        "{text}"
+    );
+    let out = leader(&server, &["history", G]).await;
+    assert_exit(&out, 0);
+    assert!(stdout(&out).contains("  tick  ok  "), "{}", stdout(&out));
+    let out = leader(&server, &["history", G, "--json"]).await;
+    assert_exit(&out, 0);
+    let json: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["jobs"][0]["job"], "tick");
+    assert_eq!(json["jobs"][0]["runs"][0]["outcome"], "ok");
+    assert_eq!(json["jobs"][0]["runs"][0]["instance"], "a");
+
+    let status = status_json(&server).await;
+    let cron = &group(&status, G)["cron_jobs"][0];
+    assert_eq!(cron["job"], "tick");
+    assert_eq!(cron["last_runs"][0]["outcome"], "ok");
+    assert!(stdout(&leader(&server, &["status"]).await).contains("    cron "));
+
+    let out = leader(&server, &["history", "other"]).await;
+    assert_exit(&out, 1);
+    assert!(
+        stderr(&out).contains("no cron job of `other`"),
+        "{}",
+        stderr(&out)
+    );
+    scheduler.clone().shutdown().await.unwrap();
+    a.shutdown().await;
+}
+
+#[tokio::test]
+async fn watch_prints_transitions_as_they_happen() {
+    let server = RedisServer::start().await.unwrap();
+    let (a, b) = fleet(&server).await;
+    let mut cmd = command();
+    cmd.arg("--url").arg(server.url()).arg("watch");
+    let watch = ChildProcess::spawn(cmd).unwrap();
+    let out = watch.stdout();
+    let limit = Duration::from_secs(5);
+    let (i, _) = out
+        .wait_for_from(
+            0,
+            |l| l.ends_with("jobs: led by a (token ") || l.contains("jobs: led by a"),
+            limit,
+        )
+        .await
+        .unwrap();
+    a.step_down(G).await.unwrap();
+    let (i, _) = out
+        .wait_for_from(i + 1, |l| l.contains("jobs: released by a"), limit)
+        .await
+        .unwrap();
+    out.wait_for_from(i + 1, |l| l.contains("jobs: led by b"), limit)
+        .await
+        .unwrap();
+    let paused = leader(&server, &["pause", G, "--wait", "0"]).await;
+    assert_exit(&paused, 0);
+    out.wait_for_from(i + 1, |l| l.contains("jobs: pause requested"), limit)
+        .await
+        .unwrap();
+    out.wait_for_from(i + 1, |l| l.contains("jobs: paused by"), limit)
+        .await
+        .unwrap();
+    out.wait_for_from(i + 1, |l| l.contains("jobs: no leader"), limit)
+        .await
+        .unwrap();
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_wrong_password_or_an_unreachable_server_exits_1_without_the_password() {
+    let server = RedisServer::builder()
+        .password("right-pw")
+        .start()
+        .await
+        .unwrap();
+    let wrong = format!("redis://:wr0ng-s3cret@127.0.0.1:{}", server.port());
+    let mut cmd = command();
+    cmd.args(["--url", &wrong, "status"]);
+    let out = run(cmd).await;
+    assert_exit(&out, 1);
+    let err = stderr(&out);
+    assert!(
+        !err.contains("wr0ng-s3cret") && !stdout(&out).contains("wr0ng-s3cret"),
+        "{err}"
+    );
+    assert!(err.contains("redis://:***@127.0.0.1"), "{err}");
+    assert!(err.contains("check the user and password"), "{err}");
+
+    // Nothing listens on port 1.
+    let mut cmd = command();
+    cmd.env("LEADER_REDIS_URL", "redis://ops:unre4chable-pw@127.0.0.1:1")
+        .args(["status", "--timeout", "0.5"]);
+    let out = run(cmd).await;
+    assert_exit(&out, 1);
+    let err = stderr(&out);
+    assert!(!err.contains("unre4chable-pw"), "{err}");
+    assert!(err.contains("redis://ops:***@127.0.0.1:1"), "{err}");
+
+    let mut cmd = command();
+    cmd.args(["--url", "http://ops:n0t-redis@host", "status"]);
+    let out = run(cmd).await;
+    assert_exit(&out, 1);
+    assert!(!stderr(&out).contains("n0t-redis"), "{}", stderr(&out));
+}
+
+#[tokio::test]
+async fn usage_errors_exit_2_and_help_has_examples() {
+    let out = run(command()).await;
+    assert_exit(&out, 2);
+    let mut cmd = command();
+    cmd.arg("status");
+    let out = run(cmd).await;
+    assert_exit(&out, 2);
+    assert!(
+        stderr(&out).contains("no Redis to talk to"),
+        "{}",
+        stderr(&out)
+    );
+    let mut cmd = command();
+    cmd.args(["--url", "redis://h", "--cluster-url", "redis://h", "status"]);
+    assert_exit(&run(cmd).await, 2);
+    let mut cmd = command();
+    cmd.arg("--help");
+    let out = run(cmd).await;
+    assert_exit(&out, 0);
+    let help = stdout(&out);
+    for word in [
+        "Examples:",
+        "step-down",
+        "pause",
+        "resume",
+        "history",
+        "watch",
+        "LEADER_REDIS_URL",
+        "Exit status",
+    ] {
+        assert!(help.contains(word), "{word} missing from:\n{help}");
+    }
+}
+
+#[tokio::test]
+async fn the_documented_acl_user_for_the_tool_can_do_everything() {
+    // DEPLOYING.md, "ACL user for the tool", without the connection set-up
+    // commands (`client|setinfo` is unknown to Redis 7.0).
+    let rules = "~leader:* &leader:released &leader:control +evalsha +eval +script|load +scan \
+                 +keys +get +pttl +type +hget +hmget +lrange +del +hset +publish +subscribe +ping";
+    let server = RedisServer::builder()
+        .acl_user("ops", "ops-pw", rules)
+        .start()
+        .await
+        .unwrap();
+    let (a, b) = fleet(&server).await;
+    let url = format!("redis://ops:ops-pw@127.0.0.1:{}", server.port());
+    for args in [
+        &["status"][..],
+        &["step-down", G],
+        &["pause", G],
+        &["resume", G],
+    ] {
+        let mut cmd = command();
+        cmd.arg("--url").arg(&url).args(args);
+        let out = run(cmd).await;
+        assert_exit(&out, 0);
+    }
+    let denials = server.cmd(&["ACL", "LOG"]).await.unwrap();
+    server.check(
+        matches!(&denials, leader_testkit::Reply::Array(v) if v.is_empty()),
+        format!("ACL denials: {denials:?}"),
+    );
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+#[tokio::test]
+async fn status_and_pause_on_a_cluster_see_groups_on_every_master() {
+    let cluster = leader_testkit::RedisCluster::start().await.unwrap();
+    let urls = cluster.urls();
+    // A group on each master.
+    let mut groups: Vec<Option<String>> = vec![None; cluster.nodes().len()];
+    for n in 0.. {
+        let group = format!("job-{n}");
+        let owner = cluster
+            .master_of(&format!("leader:{{{group}}}:lease"))
+            .await
+            .unwrap();
+        groups[owner].get_or_insert(group);
+        if groups.iter().all(Option::is_some) {
+            break;
+        }
+    }
+    let groups: Vec<String> = groups.into_iter().map(Option::unwrap).collect();
+    let a = Runtime::new(
+        Config::builder()
+            .redis_cluster_urls(urls.clone())
+            .ttl(TTL)
+            .renew_interval(RENEW)
+            .retry_interval(RETRY)
+            .instance_id("a")
+            .build()
+            .unwrap(),
+    )
+    .unwrap();
+    for group in &groups {
+        let deadline = Instant::now() + TTL * 4;
+        while !a.is_leader(group) {
+            assert!(Instant::now() < deadline, "a never led {group}");
+            a.run_if_leader(group, || async {}).await;
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    let cluster_args = |args: &[&str]| {
+        let mut cmd = command();
+        for url in &urls {
+            cmd.arg("--cluster-url").arg(url);
+        }
+        cmd.args(args);
+        cmd
+    };
+    let out = run(cluster_args(&["status", "--json"])).await;
+    assert_exit(&out, 0);
+    let status: Value = serde_json::from_slice(&out.stdout).unwrap();
+    for g in &groups {
+        assert_eq!(group(&status, g)["holder"], "a", "{status:#}");
+    }
+    let out = run(cluster_args(&["pause", &groups[1]])).await;
+    assert_exit(&out, 0);
+    assert!(!a.is_leader(&groups[1]));
+    assert!(a.is_leader(&groups[0]) && a.is_leader(&groups[2]));
+    a.shutdown().await;
+}

@@ -1,0 +1,401 @@
+//! Unit tests of `once` on the in-memory backend, with paused time.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+use tokio::time::{sleep, Instant};
+
+use crate::test_support::{instance, settle, RENEW, TTL};
+use crate::{current_lease, Error, MemoryBackend, Once, OnceRecord, Runtime};
+
+const NAME: &str = "migrate-2026-12";
+
+/// A body that counts its runs and returns its token as the summary.
+fn counting(
+    runs: &Arc<AtomicU32>,
+    work: Duration,
+) -> impl FnOnce() -> std::pin::Pin<
+    Box<dyn std::future::Future<Output = Result<String, std::io::Error>> + Send>,
+> {
+    let runs = runs.clone();
+    move || {
+        Box::pin(async move {
+            runs.fetch_add(1, Ordering::SeqCst);
+            let token = current_lease()
+                .expect("the body runs under the lease")
+                .token();
+            sleep(work).await;
+            Ok(format!("token {token}"))
+        })
+    }
+}
+
+fn fleet(mem: &MemoryBackend, n: usize) -> Vec<Runtime> {
+    (0..n).map(|i| instance(mem, &format!("i{i}"))).collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn callers_at_the_same_moment_run_the_body_once_and_all_get_its_record() {
+    let mem = MemoryBackend::new();
+    let rts = fleet(&mem, 3);
+    let runs = Arc::new(AtomicU32::new(0));
+    let calls = rts.iter().map(|rt| {
+        let body = counting(&runs, Duration::from_secs(10)); // longer than the ttl
+        async move { rt.once(NAME, body).await }
+    });
+    let results: Vec<OnceRecord> = futures_util::future::join_all(calls)
+        .await
+        .into_iter()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    assert_eq!(results.iter().filter(|r| r.ran_here).count(), 1);
+    let first = &results[0];
+    for r in &results {
+        assert_eq!(
+            (&r.instance_id, r.token, r.attempts),
+            (&first.instance_id, first.token, 1)
+        );
+        assert_eq!(r.summary, format!("token {}", first.token));
+    }
+    // Every call let go of the name's group.
+    for rt in &rts {
+        assert!(rt.status().is_empty(), "{:?}", rt.status());
+    }
+    assert_eq!(
+        rts[0].leader_id("once:migrate-2026-12").await.unwrap(),
+        None
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn waiters_return_right_after_the_runner_records() {
+    let mem = MemoryBackend::new();
+    let (a, b) = (instance(&mem, "a"), instance(&mem, "b"));
+    let runs = Arc::new(AtomicU32::new(0));
+    let start = Instant::now();
+    let runner = tokio::spawn({
+        let (a, body) = (a.clone(), counting(&runs, Duration::from_secs(7)));
+        async move { a.once(NAME, body).await }
+    });
+    settle().await;
+    let waited = b.once(NAME, counting(&runs, Duration::ZERO)).await.unwrap();
+    // The runner's release wakes b's election at once: no poll interval late.
+    assert_eq!(start.elapsed(), Duration::from_secs(7));
+    assert!(!waited.ran_here);
+    assert!(runner.await.unwrap().unwrap().ran_here);
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_after_completion_returns_the_record_without_running_also_after_a_restart() {
+    let mem = MemoryBackend::new();
+    let a = instance(&mem, "a");
+    let runs = Arc::new(AtomicU32::new(0));
+    let done = a.once(NAME, counting(&runs, Duration::ZERO)).await.unwrap();
+    assert!(done.ran_here);
+    a.shutdown().await;
+
+    // A new instance, and a's restart: both get the record, nothing runs.
+    for id in ["b", "a"] {
+        let rt = instance(&mem, id);
+        let start = Instant::now();
+        let again = rt
+            .once(NAME, counting(&runs, Duration::ZERO))
+            .await
+            .unwrap();
+        assert_eq!(start.elapsed(), Duration::ZERO);
+        assert!(!again.ran_here);
+        assert_eq!(
+            (again.token, again.summary.as_str()),
+            (done.token, done.summary.as_str())
+        );
+        assert_eq!(again.finished_at, done.finished_at);
+        assert!(rt.status().is_empty(), "no election was started");
+        rt.shutdown().await;
+    }
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failing_body_is_retried_up_to_the_limit_then_everyone_learns_it_failed() {
+    let mem = MemoryBackend::new();
+    let rts = fleet(&mem, 3);
+    let runs = Arc::new(AtomicU32::new(0));
+    let calls = rts.iter().map(|rt| {
+        let runs = runs.clone();
+        async move {
+            Once::new(NAME)
+                .attempts(2)
+                .run_on(rt, || async move {
+                    let n = runs.fetch_add(1, Ordering::SeqCst) + 1;
+                    sleep(Duration::from_secs(1)).await;
+                    Err::<String, _>(format!(
+                        "run {n}: cannot connect to postgres://app:s3cret@db/x"
+                    ))
+                })
+                .await
+        }
+    });
+    let results = futures_util::future::join_all(calls).await;
+    assert_eq!(runs.load(Ordering::SeqCst), 2, "{results:?}");
+    let mut ran: Vec<u32> = results
+        .iter()
+        .filter_map(|r| match r {
+            Err(
+                e @ Error::OnceBody {
+                    attempt, source, ..
+                },
+            ) => {
+                assert!(
+                    source.to_string().contains("s3cret"),
+                    "the caller's own error"
+                );
+                assert!(!e.to_string().contains("s3cret"), "{e}");
+                Some(*attempt)
+            }
+            _ => None,
+        })
+        .collect();
+    ran.sort();
+    assert_eq!(ran, [1, 2], "{results:?}");
+    let failed: Vec<&Error> = results
+        .iter()
+        .filter_map(|r| r.as_ref().err())
+        .filter(|e| matches!(e, Error::OnceFailed { .. }))
+        .collect();
+    assert_eq!(failed.len(), 1, "{results:?}");
+    let text = failed[0].to_string();
+    assert!(
+        text.starts_with("once `migrate-2026-12` failed 2 times (the attempt limit); last error: run 2: cannot connect to postgres://app:***@db/x"),
+        "{text}"
+    );
+
+    // A later call gets the failure at once; a higher limit tries again.
+    let runs_before = runs.load(Ordering::SeqCst);
+    let start = Instant::now();
+    let late = Once::new(NAME)
+        .attempts(2)
+        .run_on(&rts[0], counting(&runs, Duration::ZERO))
+        .await;
+    assert!(
+        matches!(late, Err(Error::OnceFailed { attempts: 2, .. })),
+        "{late:?}"
+    );
+    assert_eq!(start.elapsed(), Duration::ZERO);
+    let more = Once::new(NAME)
+        .attempts(3)
+        .run_on(&rts[1], counting(&runs, Duration::ZERO))
+        .await
+        .unwrap();
+    assert!(more.ran_here);
+    assert_eq!(more.attempts, 3);
+    assert_eq!(runs.load(Ordering::SeqCst), runs_before + 1);
+    let status = rts[2].once_status(NAME).await.unwrap();
+    assert_eq!((status.attempts, status.failures), (3, 2));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cancelled_runner_is_replaced_at_once_under_a_greater_token() {
+    let mem = MemoryBackend::new();
+    let (a, b) = (instance(&mem, "a"), instance(&mem, "b"));
+    let (started, is_started) = oneshot::channel();
+    let runner = tokio::spawn({
+        let a = a.clone();
+        async move {
+            a.once(NAME, || async move {
+                let _ = started.send(current_lease().unwrap().token());
+                std::future::pending::<Result<String, std::io::Error>>().await
+            })
+            .await
+        }
+    });
+    let first_token = is_started.await.unwrap();
+    let waiter = tokio::spawn({
+        let (b, runs) = (b.clone(), Arc::new(AtomicU32::new(0)));
+        async move { b.once(NAME, counting(&runs, Duration::ZERO)).await }
+    });
+    sleep(Duration::from_secs(60)).await;
+    assert!(!waiter.is_finished(), "waits while the runner runs");
+    let aborted = Instant::now();
+    runner.abort();
+    let done = waiter.await.unwrap().unwrap();
+    assert_eq!(
+        aborted.elapsed(),
+        Duration::ZERO,
+        "the release wakes the waiter"
+    );
+    assert!(done.ran_here);
+    assert!(done.token > first_token);
+    assert_eq!((done.instance_id.as_str(), done.attempts), ("b", 2));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_runner_that_lost_its_lease_cannot_record_and_a_waiter_finishes_under_a_greater_token() {
+    let mem = MemoryBackend::new();
+    let (a, b) = (instance(&mem, "a"), instance(&mem, "b"));
+    let (started, is_started) = oneshot::channel();
+    let (finish, may_finish) = oneshot::channel::<()>();
+    let runner = tokio::spawn({
+        let a = a.clone();
+        async move {
+            a.once(NAME, || async move {
+                let _ = started.send(current_lease().unwrap().token());
+                let _ = may_finish.await;
+                Ok::<_, std::io::Error>("a's summary")
+            })
+            .await
+        }
+    });
+    let first_token = is_started.await.unwrap();
+    let runs = Arc::new(AtomicU32::new(0));
+    let waiter = tokio::spawn({
+        let (b, body) = (b.clone(), counting(&runs, Duration::ZERO));
+        async move { b.once(NAME, body).await }
+    });
+    settle().await;
+    // a's lease vanishes (a partition, an eviction): a's next renewal (within
+    // RENEW) ends its view, while its body still runs.
+    mem.lose_lease("leader", "once:migrate-2026-12");
+    let lost = Instant::now();
+    sleep(RENEW + Duration::from_millis(1)).await;
+    assert!(!a.is_leader("once:migrate-2026-12"));
+    // a's body finishes after that: its success cannot be recorded.
+    finish.send(()).unwrap();
+    let late = runner.await.unwrap();
+    assert!(
+        matches!(late, Err(Error::OnceUnrecorded { token, .. }) if token == first_token),
+        "{late:?}"
+    );
+    // b runs it under a greater token. (a's election may have won the lease
+    // again first; a then left the race, and its hand-over waited for a's
+    // body: at most RENEW + TTL in all.)
+    let done = waiter.await.unwrap().unwrap();
+    assert!(lost.elapsed() <= RENEW + TTL, "{:?}", lost.elapsed());
+    assert!(done.ran_here);
+    assert!(done.token > first_token);
+    assert_eq!((done.instance_id.as_str(), done.attempts), ("b", 2));
+    let status = a.once_status(NAME).await.unwrap();
+    assert_eq!(status.done.unwrap().token, done.token);
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_deposed_runner_that_finishes_after_its_successor_recorded_gets_that_record() {
+    let mem = MemoryBackend::new();
+    let (a, b) = (instance(&mem, "a"), instance(&mem, "b"));
+    let (started, is_started) = oneshot::channel();
+    let runner = tokio::spawn({
+        let a = a.clone();
+        async move {
+            a.once(NAME, || async move {
+                let token = current_lease().unwrap().token();
+                let _ = started.send(());
+                // Deposed mid-way, it goes on past its successor's success.
+                sleep(Duration::from_secs(60)).await;
+                Ok::<_, std::io::Error>(format!("token {token}"))
+            })
+            .await
+        }
+    });
+    is_started.await.unwrap();
+    let runs = Arc::new(AtomicU32::new(0));
+    let waiter = tokio::spawn({
+        let (b, body) = (b.clone(), counting(&runs, Duration::ZERO));
+        async move { b.once(NAME, body).await }
+    });
+    settle().await;
+    mem.lose_lease("leader", "once:migrate-2026-12");
+    let done = waiter.await.unwrap().unwrap();
+    assert!(done.ran_here);
+    let late = runner.await.unwrap().unwrap();
+    assert!(!late.ran_here);
+    assert_eq!((late.token, late.instance_id.as_str()), (done.token, "b"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_waiter_gives_up_at_its_timeout() {
+    let mem = MemoryBackend::new();
+    let (a, b) = (instance(&mem, "a"), instance(&mem, "b"));
+    let runs = Arc::new(AtomicU32::new(0));
+    let runner = tokio::spawn({
+        let (a, body) = (a.clone(), counting(&runs, Duration::from_secs(600)));
+        async move { a.once(NAME, body).await }
+    });
+    settle().await;
+    let start = Instant::now();
+    let waited = Once::new(NAME)
+        .timeout(Duration::from_secs(20))
+        .run_on(&b, counting(&runs, Duration::ZERO))
+        .await;
+    assert_eq!(start.elapsed(), Duration::from_secs(20));
+    let err = waited.unwrap_err();
+    assert!(matches!(err, Error::OnceTimeout { .. }), "{err}");
+    assert_eq!(
+        err.to_string(),
+        "once `migrate-2026-12`: no result after 20s (another instance may still be running it)"
+    );
+    assert!(b.status().is_empty(), "the waiter let go of the group");
+    assert!(runner.await.unwrap().unwrap().ran_here);
+}
+
+#[tokio::test(start_paused = true)]
+async fn calls_on_one_runtime_take_turns() {
+    let mem = MemoryBackend::new();
+    let a = instance(&mem, "a");
+    let runs = Arc::new(AtomicU32::new(0));
+    let (one, two) = tokio::join!(
+        a.once(NAME, counting(&runs, Duration::from_secs(5))),
+        a.once(NAME, counting(&runs, Duration::from_secs(5))),
+    );
+    let (one, two) = (one.unwrap(), two.unwrap());
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    assert!(one.ran_here != two.ran_here);
+    assert_eq!(one.token, two.token);
+}
+
+#[tokio::test(start_paused = true)]
+async fn bad_names_and_limits_are_errors() {
+    let a = instance(&MemoryBackend::new(), "a");
+    let body = || async { Ok::<_, std::io::Error>("") };
+    let bad = a.once("a b", body).await.unwrap_err();
+    assert!(matches!(bad, Error::InvalidGroup { .. }), "{bad}");
+    let long = a.once(&"x".repeat(124), body).await.unwrap_err();
+    assert!(long.to_string().contains("at most 123 bytes"), "{long}");
+    assert!(a.once(&"x".repeat(123), body).await.is_ok());
+    let forever = Once::new("forever").timeout(Duration::MAX).run_on(&a, body);
+    assert!(forever.await.unwrap().ran_here);
+    let zero = Once::new(NAME).attempts(0).run_on(&a, body).await;
+    assert!(matches!(
+        zero,
+        Err(Error::Config {
+            field: "attempts",
+            ..
+        })
+    ));
+    a.shutdown().await;
+    let down = a.once(NAME, body).await.unwrap_err();
+    assert!(matches!(down, Error::ShutDown), "{down}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn long_summaries_are_cut_and_the_backend_outage_is_waited_out() {
+    let mem = MemoryBackend::new();
+    let a = instance(&mem, "a");
+    mem.set_available(false);
+    let call = tokio::spawn({
+        let a = a.clone();
+        async move {
+            a.once(NAME, || async { Ok::<_, std::io::Error>("é".repeat(600)) })
+                .await
+        }
+    });
+    sleep(Duration::from_secs(30)).await;
+    assert!(!call.is_finished());
+    mem.set_available(true);
+    let done = call.await.unwrap().unwrap();
+    assert_eq!(done.summary.len(), 1024);
+    assert!(done.ran_here);
+}
