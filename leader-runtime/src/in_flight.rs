@@ -134,7 +134,9 @@ impl InFlight {
 
 /// Make every thread's earlier stores visible to this thread's later loads,
 /// and this thread's earlier stores to every thread's later loads: the
-/// drain's side of the fence (a system call, a few microseconds).
+/// drain's side of the fence. A system call that interrupts each CPU running
+/// a thread of this process: tens of microseconds, more on a VM whose vCPU
+/// the host descheduled (BENCHMARKS.md); once per hand-over or loss.
 pub(crate) fn heavy_fence() {
     fence(SeqCst);
     #[cfg(any(target_os = "linux", target_os = "android"))]
