@@ -91,7 +91,7 @@ impl Target {
     }
 }
 
-/// What a [`FencedScript`] returned, as Redis converts Lua values.
+/// What a [`FencedScript`](crate::fence::FencedScript) returned, as Redis converts Lua values.
 ///
 /// # Examples
 ///
