@@ -184,7 +184,7 @@ async fn a_user_without_the_control_channel_still_elects_and_sees_pauses_at_rene
         .start()
         .await
         .unwrap();
-    let a = instance(&url(&server, PASSWORD), "a");
+    let a = instance(url(&server, PASSWORD), "a");
     let mut a_events = a.subscribe();
     assert!(a.run_if_leader(G, || async {}).await.is_none());
     elected(&mut a_events, TTL * 3).await;
