@@ -683,6 +683,7 @@ mod gate;
 mod gate_future;
 mod global;
 mod group;
+mod in_flight;
 mod jitter;
 mod lease;
 #[cfg(feature = "metrics")]

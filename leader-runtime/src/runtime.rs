@@ -10,6 +10,7 @@ use tokio::sync::{broadcast, oneshot};
 use tokio_util::task::TaskTracker;
 
 use crate::admission;
+use crate::backend::fence::Target;
 use crate::backend::{self, Notice, NoticeSink, EVERY_GROUP};
 use crate::config::Config;
 use crate::ctx::Ctx;
@@ -753,9 +754,14 @@ impl Runtime {
         let (commands, command_rx) = group::mailbox();
         let group = Arc::new(Group::new(name.clone(), commands));
         group.control.set_eligible(eligible);
-        let _ = group
-            .fence
-            .set(crate::fence::Target::new(&shared.ctx, &name));
+        let ctx = &shared.ctx;
+        let target = Target::new(
+            ctx.backend.clone(),
+            &ctx.config.key_prefix,
+            &name,
+            ctx.config.call_timeout,
+        );
+        let _ = group.fence.set(target);
         groups.insert(name, group.clone());
         shared.tasks.spawn_on(
             election::run(group.clone(), shared.ctx.clone(), command_rx),
@@ -870,3 +876,9 @@ fn control(instance_id: &str, group: &Group, request: Control) {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod inside_body_tests;
+
+#[cfg(test)]
+mod forget_tests;
