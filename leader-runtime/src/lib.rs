@@ -696,6 +696,7 @@ mod once;
 mod outage;
 mod ready;
 mod redact;
+mod report;
 mod runtime;
 mod shutdown;
 mod stats;
