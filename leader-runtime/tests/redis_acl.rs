@@ -12,14 +12,12 @@ use leader_testkit::RedisServer;
 use tokio::time::{timeout, Instant};
 
 mod support;
-use support::{elected, instance, G, RENEW, TTL};
+use support::{elected, instance, ACL_RULES, G, RENEW, TTL};
 
 const PASSWORD: &str = "app-s3cret-pw";
 const WRONG: &str = "wr0ng-pa55word";
 /// Exactly the rules the docs of `ConfigBuilder::redis_url` list.
-const RULES: &str =
-    "~leader:* &leader:released &leader:control +evalsha +eval +script|load +get +set \
-                     +pexpire +pttl +del +time +info +type +hmget +hset +publish +subscribe +ping";
+const RULES: &str = ACL_RULES;
 
 async fn server() -> RedisServer {
     RedisServer::builder()

@@ -10,7 +10,7 @@ use leader_testkit::RedisCluster;
 use tokio::time::Instant;
 
 mod support;
-use support::{config, elected_in, lead, run_id, runtime};
+use support::{config, elected_in, lead, run_id, runtime, ACL_RULES};
 
 const TTL: Duration = Duration::from_millis(2000);
 const RENEW: Duration = Duration::from_millis(600);
@@ -201,9 +201,7 @@ async fn notices_move_to_another_node_when_the_subscribed_one_dies() {
 async fn an_acl_user_with_the_documented_rules_elects_on_a_cluster() {
     // The rules of `ConfigBuilder::redis_url`, plus `+cluster|slots` as
     // `redis_cluster_urls` documents.
-    let rules = "~leader:* &leader:released &leader:control +evalsha +eval +script|load +get +set \
-                 +pexpire +pttl +del +time +info +type +hmget +hset +publish +subscribe +ping \
-                 +cluster|slots";
+    let rules = format!("{ACL_RULES} +cluster|slots");
     let mut args = vec!["--user", "app", "on", ">app-pw"];
     args.extend(rules.split_whitespace());
     let cluster = RedisCluster::builder().args(args).start().await.unwrap();

@@ -22,16 +22,15 @@ use tokio::sync::broadcast;
 use tokio::time::{timeout, Instant};
 
 mod support;
-use support::{next_event, runtime, G, RENEW, TTL};
+use support::{next_event, runtime, ACL_RULES, G, RENEW, TTL};
 
 const LEASE_KEY: &str = "leader:{jobs}:lease";
 const RETRY: Duration = Duration::from_millis(100);
 /// The rules `ConfigBuilder::redis_sentinel`'s docs list for the master:
 /// those of `redis_url` plus `+role`.
-const MASTER_RULES: &str =
-    "~leader:* &leader:released &leader:control +evalsha +eval +script|load +get +set \
-                            +pexpire +pttl +del +time +info +type +hmget +hset +publish \
-                            +subscribe +ping +role";
+fn master_rules() -> String {
+    format!("{ACL_RULES} +role")
+}
 
 fn config(deployment: &RedisSentinel, id: &str) -> leader_runtime::ConfigBuilder {
     let config = support::config(id).retry_interval(RETRY);
@@ -388,7 +387,7 @@ async fn a_demoted_master_is_never_renewed_on() {
 async fn acl_user_and_passwords_through_sentinel() {
     let deployment = RedisSentinel::builder()
         .password("node-pw")
-        .acl_user("leader-app", "app-pw", MASTER_RULES)
+        .acl_user("leader-app", "app-pw", &master_rules())
         .sentinel_password("sentinel-pw")
         .start()
         .await

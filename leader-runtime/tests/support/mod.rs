@@ -19,6 +19,13 @@ pub(crate) const RETRY: Duration = Duration::from_millis(200);
 /// The group most tests elect on.
 pub(crate) const G: &str = "jobs";
 
+/// The ACL rules an application user needs for the default prefix, exactly
+/// as the docs of `ConfigBuilder::redis_url` and DEPLOYING.md list them
+/// (Cluster adds `+cluster|slots`, a Sentinel-managed master `+role`).
+pub(crate) const ACL_RULES: &str = "~leader:* &leader:released &leader:control +evalsha +eval \
+    +script|load +get +set +pexpire +pttl +del +time +info +type +hmget +hset +publish \
+    +subscribe +ping";
+
 /// A config builder for instance `id` with [`TTL`], [`RENEW`] and
 /// [`RETRY`]; the caller names the backend (and may change the timings).
 pub(crate) fn config(id: &str) -> ConfigBuilder {
