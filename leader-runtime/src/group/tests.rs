@@ -36,14 +36,14 @@ async fn on_the_real_clock_the_gate_stops_admitting_when_the_view_ends() {
     );
     mem.set_available(false); // no more renewals: the view runs out
     let (mut fast, mut last_valid_until) = (0, None);
-    loop {
+    let refused_at = loop {
         let called = Instant::now();
         let fast_before = group.view.fast_until();
         let Some(valid_until) = a
             .run_if_leader("g", || async { current_lease().unwrap().valid_until() })
             .await
         else {
-            break;
+            break called;
         };
         assert!(
             called < valid_until,
@@ -55,11 +55,14 @@ async fn on_the_real_clock_the_gate_stops_admitting_when_the_view_ends() {
         }
         last_valid_until = Some(valid_until);
         tokio::task::yield_now().await;
-    }
+    };
     let valid_until = last_valid_until.expect("admitted while the view held");
-    let late = Instant::now().saturating_duration_since(valid_until);
+    // Measured at the refused call's start, not after it returned: a busy
+    // machine may deschedule the test between the two. The bound is far
+    // below the ttl (1 s) that a gate waiting on the election would take.
+    let late = refused_at.saturating_duration_since(valid_until);
     assert!(
-        late < Duration::from_millis(100),
+        late < Duration::from_millis(250),
         "still admitting {late:?} after the view ended"
     );
     assert!(fast > 0, "never on the fast path");
