@@ -36,10 +36,11 @@ use crate::lease::Lease;
 
 /// Admit one gated run if this instance leads `group`, the view is valid now
 /// and the group is not draining. The gate's hot path: on a follower one
-/// atomic load; on a leader two atomic read-modify-writes (count in, and out
-/// on drop), a few loads and one read of the monotonic clock (the kernel's
-/// coarse one, the precise one near the view's end: see [`clock`]). No lock,
-/// no allocation, and with a call site's `&'static Group` no reference count.
+/// atomic load; on a leader a count in and out on drop (a plain store each
+/// to this thread's slot: see [`in_flight`](crate::in_flight)), a few loads
+/// and one read of the monotonic clock (the kernel's coarse one, the precise
+/// one near the view's end: see [`clock`]). No lock, no allocation, and with
+/// a call site's `&'static Group` no reference count.
 #[inline]
 pub(crate) fn admit<G: Deref<Target = Group>>(group: G) -> Option<Admitted<G>> {
     if !group.view.is_open() {

@@ -667,11 +667,6 @@ mod eligibility_tests;
 mod partial_loss_tests;
 
 #[cfg(test)]
-mod inside_body_tests;
-
-#[cfg(test)]
-mod bounds_tests;
-
 #[cfg(test)]
 mod batch_tests;
 

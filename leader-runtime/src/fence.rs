@@ -39,44 +39,35 @@
 //! [`Lease::token`](crate::Lease::token): see the crate docs'
 //! [Fencing](crate#fencing) section for SQL and HTTP.
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use crate::backend::fence::{self as backend, Call, Outcome, Write};
-use crate::backend::{slot, Backend};
-use crate::ctx::Ctx;
-use crate::names::GroupKeys;
+pub use crate::backend::fence::Reply;
+use crate::backend::fence::{self as backend, Call, Outcome, Target, Write};
+use crate::backend::slot;
 use crate::{Error, Lease, Result};
 
-/// Where the fenced writes of one group go: shared by its leaderships.
-pub(crate) struct Target {
-    backend: Backend,
-    prefix: Arc<str>,
-    /// The group's record key: its `token` is the high-water mark.
-    record: String,
-    /// The hash slot of the group's keys.
-    slot: u16,
-    timeout: Duration,
-}
-
-impl std::fmt::Debug for Target {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Target")
-            .field("record", &self.record)
-            .finish_non_exhaustive()
-    }
-}
-
-impl Target {
-    pub(crate) fn new(ctx: &Ctx, group: &str) -> Arc<Self> {
-        let record = GroupKeys::new(&ctx.config.key_prefix, group).record;
-        Arc::new(Self {
-            backend: ctx.backend.clone(),
-            prefix: Arc::from(ctx.config.key_prefix.as_str()),
-            slot: slot(record.as_bytes()),
-            record,
-            timeout: ctx.config.call_timeout,
-        })
+impl Lease {
+    /// Writes to Redis (over the runtime's own connection) that apply only
+    /// while no newer leader of this group exists: see [`Fence`] and the
+    /// crate docs' [Fencing](crate#fencing) section.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use leader_runtime::Fenced;
+    ///
+    /// #[leader_runtime::leader_only(group = "cleanup")]
+    /// async fn cleanup() -> leader_runtime::Result<()> {
+    ///     let fence = leader_runtime::current_lease().unwrap().fence();
+    ///     match fence.set(fence.key("state"), "v").await? {
+    ///         Fenced::Applied(()) => {}
+    ///         Fenced::Stale { .. } => { /* a newer leader exists: stop */ }
+    ///     }
+    ///     Ok(())
+    /// }
+    /// ```
+    pub fn fence(&self) -> Fence {
+        Fence::new(self.clone())
     }
 }
 
@@ -147,59 +138,6 @@ impl<T> Fenced<T> {
         match self {
             Fenced::Applied(v) => Fenced::Applied(f(v)),
             Fenced::Stale { token, mark } => Fenced::Stale { token, mark },
-        }
-    }
-}
-
-/// What a [`FencedScript`] returned, as Redis converts Lua values.
-///
-/// # Examples
-///
-/// ```
-/// use leader_runtime::fence::Reply;
-///
-/// let reply = Reply::Data(b"42".to_vec());
-/// assert_eq!(reply.as_bytes(), Some(&b"42"[..]));
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Reply {
-    /// `nil` or `false`.
-    Nil,
-    /// A Lua number (truncated to an integer) or `true` (1).
-    Int(i64),
-    /// A Lua string.
-    Data(Vec<u8>),
-    /// A status such as `redis.status_reply('OK')`.
-    Status(String),
-    /// A Lua table (up to its first `nil`).
-    Array(Vec<Reply>),
-}
-
-impl Reply {
-    /// The bytes of a [`Reply::Data`] or [`Reply::Status`].
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use leader_runtime::fence::Reply;
-    ///
-    /// assert_eq!(Reply::Status("OK".into()).as_bytes(), Some(&b"OK"[..]));
-    /// assert_eq!(Reply::Nil.as_bytes(), None);
-    /// ```
-    pub fn as_bytes(&self) -> Option<&[u8]> {
-        match self {
-            Reply::Data(b) => Some(b),
-            Reply::Status(s) => Some(s.as_bytes()),
-            _ => None,
-        }
-    }
-
-    fn int(&self) -> Option<i64> {
-        match self {
-            Reply::Int(n) => Some(*n),
-            Reply::Data(b) => std::str::from_utf8(b).ok()?.parse().ok(),
-            _ => None,
         }
     }
 }

@@ -3,7 +3,7 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{
-    AtomicBool, AtomicU64, AtomicUsize, Ordering::Acquire, Ordering::Relaxed, Ordering::SeqCst,
+    AtomicBool, AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::SeqCst,
 };
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::Duration;
@@ -12,8 +12,9 @@ use arc_swap::ArcSwapOption;
 use tokio::sync::{oneshot, Notify, SetOnce};
 use tokio::time::Instant;
 
+use crate::backend::fence::Target;
 use crate::clock;
-use crate::fence;
+use crate::in_flight::{self, InFlight};
 use crate::lease::{Lease, Tenure};
 use crate::stats::Counters;
 use crate::status::{GroupStatus, Observed};
@@ -49,7 +50,7 @@ pub(crate) struct Group {
     /// What the status page shows.
     pub(crate) observed: Observed,
     /// Where the fenced writes of this group's leaderships go.
-    pub(crate) fence: OnceLock<Arc<fence::Target>>,
+    pub(crate) fence: OnceLock<Arc<Target>>,
 }
 
 /// The local view of the current leadership: the gate's atomics, and the
@@ -78,8 +79,8 @@ pub(crate) struct View {
 pub(crate) struct Runs {
     /// False while draining: no new gated runs start.
     admitting: AtomicBool,
-    in_flight: AtomicUsize,
-    /// The last run in flight finished while not admitting.
+    in_flight: InFlight,
+    /// A run in flight finished while not admitting.
     drained: Notify,
 }
 
@@ -124,7 +125,7 @@ impl Group {
             },
             runs: Runs {
                 admitting: AtomicBool::new(false),
-                in_flight: AtomicUsize::new(0),
+                in_flight: InFlight::new(),
                 drained: Notify::new(),
             },
             control: Control {
@@ -179,7 +180,8 @@ impl Group {
         let view = &self.view;
         let until = view.ns(tenure.valid_until());
         let mut retired = view.retired();
-        if self.runs.in_flight.load(SeqCst) == 0 {
+        // Not admitting since the last `stop_admitting`: the count is exact.
+        if self.runs.in_flight.count() == 0 {
             retired.clear();
         }
         let fast_until = clock::fast_deadline(tenure.valid_until());
@@ -206,12 +208,12 @@ impl Group {
         let view = &self.view;
         view.fast_until.store(0, SeqCst);
         view.until.store(0, SeqCst);
-        self.runs.admitting.store(false, SeqCst);
+        self.runs.stop_admitting();
         let mut retired = view.retired();
         let ended = view.current.swap(None);
         // A run admitted under the ended view counted itself before it read
         // the view, so a zero here means none was.
-        if self.runs.in_flight.load(SeqCst) == 0 {
+        if self.runs.in_flight.count() == 0 {
             retired.clear();
         } else {
             retired.extend(ended);
@@ -298,14 +300,17 @@ impl Runs {
     /// Count a run in (before it checks whether it may start).
     #[inline]
     pub(crate) fn enter(&self) {
-        self.in_flight.fetch_add(1, SeqCst);
+        self.in_flight.enter();
     }
 
     /// Count a run out. Only a drain waits for the count to reach zero, and
-    /// it stops admitting first: no wake-up (a lock inside `Notify`) otherwise.
+    /// it stops admitting first: no wake-up (a lock inside `Notify`) while
+    /// admitting. The load of `admitting` after the count is what
+    /// `in_flight`'s argument needs (see its module docs).
     #[inline]
     pub(crate) fn leave(&self) {
-        if self.in_flight.fetch_sub(1, SeqCst) == 1 && !self.admitting.load(SeqCst) {
+        self.in_flight.leave();
+        if !self.admitting.load(SeqCst) {
             self.drained.notify_waiters();
         }
     }
@@ -316,20 +321,29 @@ impl Runs {
         self.admitting.load(SeqCst)
     }
 
+    /// Stop admitting new gated runs. When they were admitted until now, a
+    /// heavy fence follows: every run that saw `admitting` true is then in
+    /// the count (see `in_flight`), so a read of it decides.
+    fn stop_admitting(&self) {
+        if self.admitting.swap(false, SeqCst) {
+            in_flight::heavy_fence();
+        }
+    }
+
     /// Stop admitting new gated runs, then wait for those in flight, at most
     /// until `deadline`. Returns whether all finished.
     pub(crate) async fn drain(&self, deadline: Instant) -> bool {
-        self.admitting.store(false, SeqCst);
+        self.stop_admitting();
         loop {
             let notified = self.drained.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            if self.in_flight.load(SeqCst) == 0 {
+            if self.in_flight.count() == 0 {
                 return true;
             }
             tokio::select! {
                 _ = notified => {}
-                _ = tokio::time::sleep_until(deadline) => return self.in_flight.load(SeqCst) == 0,
+                _ = tokio::time::sleep_until(deadline) => return self.in_flight.count() == 0,
             }
         }
     }
@@ -337,7 +351,7 @@ impl Runs {
     /// How many gated runs are in flight.
     #[cfg(test)]
     pub(crate) fn in_flight(&self) -> usize {
-        self.in_flight.load(SeqCst)
+        self.in_flight.count()
     }
 }
 
@@ -372,7 +386,9 @@ impl Control {
         self.forgotten.store(true, SeqCst);
     }
 
-    /// Whether the group was removed from its runtime's registry.
+    /// Whether the group was removed from its runtime's registry. On the
+    /// gate's path (a call site's cache check): inlined into the expansion.
+    #[inline]
     pub(crate) fn is_forgotten(&self) -> bool {
         self.forgotten.load(SeqCst)
     }
@@ -448,108 +464,4 @@ impl Drop for MailboxRx {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::time::Duration;
-
-    use tokio::time::{sleep, Instant};
-
-    use crate::{current_lease, Config, MemoryBackend, Runtime};
-
-    /// On tokio's real clock the gate takes the coarse clock's fast path
-    /// while the view's end is far, and still stops admitting on time.
-    #[tokio::test]
-    async fn on_the_real_clock_the_gate_stops_admitting_when_the_view_ends() {
-        let mem = MemoryBackend::new();
-        let a = Runtime::new(
-            Config::builder()
-                .memory(mem.clone())
-                .ttl(Duration::from_secs(1))
-                .renew_interval(Duration::from_millis(200))
-                .instance_id("a")
-                .build()
-                .unwrap(),
-        )
-        .unwrap();
-        assert!(a.run_if_leader("g", || async {}).await.is_some());
-        let group = a.group("g").unwrap();
-        assert_ne!(
-            group.view.fast_until(),
-            0,
-            "a fast deadline on the real clock"
-        );
-        mem.set_available(false); // no more renewals: the view runs out
-        let (mut fast, mut last_valid_until) = (0, None);
-        loop {
-            let called = Instant::now();
-            let fast_before = group.view.fast_until();
-            let Some(valid_until) = a
-                .run_if_leader("g", || async { current_lease().unwrap().valid_until() })
-                .await
-            else {
-                break;
-            };
-            assert!(
-                called < valid_until,
-                "admitted {:?} after the view ended",
-                called - valid_until
-            );
-            if crate::clock::before_fast_deadline(fast_before) {
-                fast += 1;
-            }
-            last_valid_until = Some(valid_until);
-            tokio::task::yield_now().await;
-        }
-        let valid_until = last_valid_until.expect("admitted while the view held");
-        let late = Instant::now().saturating_duration_since(valid_until);
-        assert!(
-            late < Duration::from_millis(100),
-            "still admitting {late:?} after the view ended"
-        );
-        assert!(fast > 0, "never on the fast path");
-        a.shutdown().await;
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_body_keeps_the_lease_it_was_admitted_under_after_a_new_leadership() {
-        let mem = MemoryBackend::new();
-        let a = Runtime::new(
-            Config::builder()
-                .memory(mem.clone())
-                .ttl(Duration::from_secs(3))
-                .renew_interval(Duration::from_secs(1))
-                .instance_id("a")
-                .build()
-                .unwrap(),
-        )
-        .unwrap();
-        let first = a
-            .run_if_leader("g", || async { current_lease().unwrap().token() })
-            .await
-            .unwrap();
-        let a2 = a.clone();
-        let body = tokio::spawn(async move {
-            a2.run_if_leader("g", || async {
-                sleep(Duration::from_secs(10)).await;
-                current_lease()
-            })
-            .await
-        });
-        // The view expires while the body runs; then this instance leads again.
-        sleep(Duration::from_millis(10)).await;
-        mem.set_available(false);
-        sleep(Duration::from_secs(4)).await;
-        assert!(!a.is_leader("g"));
-        mem.set_available(true);
-        sleep(Duration::from_secs(2)).await;
-        let second = a
-            .run_if_leader("g", || async { current_lease().unwrap().token() })
-            .await
-            .expect("leads again");
-        assert!(second > first);
-        let lease = body.await.unwrap().expect("admitted").expect("a lease");
-        assert_eq!(lease.token(), first, "the lease it was admitted under");
-        assert!(!lease.is_valid());
-        assert!(current_lease().is_none(), "outside any gated body");
-        a.shutdown().await;
-    }
-}
+mod tests;

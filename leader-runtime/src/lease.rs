@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::fence::{self, Fence};
+use crate::backend::fence::Target;
 
 /// One leadership of one group on this instance: its fencing token and how
 /// long the local view stays valid. Cheap to clone.
@@ -42,7 +42,7 @@ pub(crate) struct Tenure {
     valid_until_ns: AtomicU64,
     ended: CancellationToken,
     /// Where fenced writes of this leadership go (set when it begins).
-    pub(crate) fence: OnceLock<Arc<fence::Target>>,
+    pub(crate) fence: OnceLock<Arc<Target>>,
     /// When the view began (cron: look-back floor).
     began: Instant,
     /// Whether the view began after a safe start for lost or restored data
@@ -214,29 +214,6 @@ impl Lease {
     /// ```
     pub fn is_valid(&self) -> bool {
         self.tenure.is_valid_now()
-    }
-
-    /// Writes to Redis (over the runtime's own connection) that apply only
-    /// while no newer leader of this group exists: see [`Fence`] and the
-    /// crate docs' [Fencing](crate#fencing) section.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// use leader_runtime::Fenced;
-    ///
-    /// #[leader_runtime::leader_only(group = "cleanup")]
-    /// async fn cleanup() -> leader_runtime::Result<()> {
-    ///     let fence = leader_runtime::current_lease().unwrap().fence();
-    ///     match fence.set(fence.key("state"), "v").await? {
-    ///         Fenced::Applied(()) => {}
-    ///         Fenced::Stale { .. } => { /* a newer leader exists: stop */ }
-    ///     }
-    ///     Ok(())
-    /// }
-    /// ```
-    pub fn fence(&self) -> Fence {
-        Fence::new(self.clone())
     }
 
     /// Completes when this leadership ends: lost, stepped down, shut down, or

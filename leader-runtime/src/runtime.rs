@@ -10,6 +10,7 @@ use tokio::sync::{broadcast, oneshot};
 use tokio_util::task::TaskTracker;
 
 use crate::admission;
+use crate::backend::fence::Target;
 use crate::backend::{self, Notice, NoticeSink, EVERY_GROUP};
 use crate::config::Config;
 use crate::ctx::Ctx;
@@ -19,7 +20,6 @@ use crate::group::{self, Command, Group};
 use crate::lease::Lease;
 use crate::names::{validate_group, Control, GroupKeys};
 use crate::stats::Stats;
-use crate::status::GroupStatus;
 use crate::{Error, Result};
 
 static NEXT_RUNTIME_ID: AtomicU64 = AtomicU64::new(1);
@@ -534,44 +534,6 @@ impl Runtime {
         self.ctx().events.subscribe()
     }
 
-    /// Each group this instance has used, sorted by name, with its state as
-    /// this instance knows it: see [`GroupStatus`] for what is live and what
-    /// is cached. Never touches the network, never waits on an election.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use leader_runtime::{Config, MemoryBackend, Runtime};
-    ///
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), leader_runtime::Error> {
-    /// let shared = MemoryBackend::new();
-    /// let a = Runtime::new(Config::builder().memory(shared.clone()).instance_id("a").build()?)?;
-    /// let b = Runtime::new(Config::builder().memory(shared.clone()).instance_id("b").build()?)?;
-    /// a.run_if_leader("reports", || async {}).await;
-    /// b.run_if_leader("reports", || async {}).await;
-    /// let seen_by_b = &b.status()[0];
-    /// assert!(!seen_by_b.is_leader);
-    /// assert_eq!(seen_by_b.leader_id.as_deref(), Some("a")); // from b's last acquire reply
-    /// # a.shutdown().await;
-    /// # b.shutdown().await;
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn status(&self) -> Vec<GroupStatus> {
-        let groups = self.groups();
-        let mut status: Vec<GroupStatus> = groups
-            .iter()
-            .map(|g| g.status(self.instance_id()))
-            .collect();
-        #[cfg(feature = "cron")]
-        for s in &mut status {
-            s.cron_jobs = crate::cron::jobs_of(self, &s.group);
-        }
-        status.sort_by(|a, b| a.group.cmp(&b.group));
-        status
-    }
-
     /// Whether this runtime still runs: true until [`shutdown`](Self::shutdown)
     /// starts. A health check can answer "unhealthy" once it is false.
     ///
@@ -753,9 +715,14 @@ impl Runtime {
         let (commands, command_rx) = group::mailbox();
         let group = Arc::new(Group::new(name.clone(), commands));
         group.control.set_eligible(eligible);
-        let _ = group
-            .fence
-            .set(crate::fence::Target::new(&shared.ctx, &name));
+        let ctx = &shared.ctx;
+        let target = Target::new(
+            ctx.backend.clone(),
+            &ctx.config.key_prefix,
+            &name,
+            ctx.config.call_timeout,
+        );
+        let _ = group.fence.set(target);
         groups.insert(name, group.clone());
         shared.tasks.spawn_on(
             election::run(group.clone(), shared.ctx.clone(), command_rx),
@@ -870,3 +837,9 @@ fn control(instance_id: &str, group: &Group, request: Control) {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod inside_body_tests;
+
+#[cfg(test)]
+mod forget_tests;

@@ -9,24 +9,22 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use leader_runtime::cron::JobBuilder;
-use leader_runtime::{Config, Runtime};
+use leader_runtime::Runtime;
 use leader_testkit::{RedisServer, Reply};
 use tokio_cron_scheduler::JobScheduler;
+
+mod support;
+use support::{config, runtime};
 
 const G: &str = "cron";
 
 fn instance(server: &RedisServer, id: &str) -> Runtime {
-    Runtime::new(
-        Config::builder()
-            .redis_url(server.url())
+    let config = config(id).redis_url(server.url());
+    runtime(
+        config
             .ttl(Duration::from_millis(1500))
-            .renew_interval(Duration::from_millis(500))
-            .retry_interval(Duration::from_millis(200))
-            .instance_id(id)
-            .build()
-            .unwrap(),
+            .renew_interval(Duration::from_millis(500)),
     )
-    .unwrap()
 }
 
 type Ran = Arc<Mutex<Vec<(&'static str, String)>>>;

@@ -17,9 +17,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use leader_runtime::cron::{JobBuilder, Missed, Overlap};
-use leader_runtime::{Config, Runtime};
+use leader_runtime::Runtime;
 use leader_testkit::{FaultProxy, RedisServer};
 use tokio_cron_scheduler::JobScheduler;
+
+mod support;
+use support::{config, runtime};
 
 const G: &str = "chaos";
 const JOBS: usize = 12;
@@ -50,17 +53,12 @@ fn wall_ms() -> i64 {
 
 async fn node(server: &RedisServer, id: String, ran: &Ran) -> Node {
     let proxy = FaultProxy::start(server.addr()).await.unwrap();
-    let rt = Runtime::new(
-        Config::builder()
-            .redis_url(proxy.url())
-            .ttl(TTL)
+    let config = config(&id).redis_url(proxy.url()).ttl(TTL);
+    let rt = runtime(
+        config
             .renew_interval(Duration::from_millis(500))
-            .retry_interval(Duration::from_millis(100))
-            .instance_id(id.clone())
-            .build()
-            .unwrap(),
-    )
-    .unwrap();
+            .retry_interval(Duration::from_millis(100)),
+    );
     let sched = JobScheduler::new().await.unwrap();
     for j in 0..JOBS {
         let (ran, host) = (ran.clone(), id.clone());

@@ -16,6 +16,7 @@ use leader_testkit::{FaultProxy, RedisCluster, RedisServer, Reply};
 use tokio::sync::oneshot;
 use tokio::time::{sleep, timeout, Instant};
 
+mod support;
 const TTL: Duration = Duration::from_millis(1000);
 const RENEW: Duration = Duration::from_millis(300);
 const NAME: &str = "migrate-2026-12";
@@ -305,8 +306,7 @@ async fn a_failing_body_is_retried_up_to_the_limit_and_the_waiters_learn_it_fail
 #[tokio::test]
 async fn the_documented_acl_user_is_enough() {
     // The rules `ConfigBuilder::redis_url` and DEPLOYING.md list.
-    const RULES: &str = "~leader:* &leader:released &leader:control +evalsha +eval +script|load +get +set \
-                         +pexpire +pttl +del +time +info +type +hmget +hset +publish +subscribe +ping";
+    const RULES: &str = support::ACL_RULES;
     let server = RedisServer::builder()
         .password("admin-pw")
         .acl_user("app", "app-pw", RULES)

@@ -4,96 +4,38 @@
 
 use std::time::Duration;
 
-use leader_runtime::{Config, Event, LostReason, Runtime};
+use leader_runtime::{Event, LostReason};
 use leader_testkit::RedisServer;
 use tokio::sync::broadcast;
 use tokio::time::{timeout, Instant};
 
-const TTL: Duration = Duration::from_millis(1000);
-const RENEW: Duration = Duration::from_millis(300);
-const G: &str = "jobs";
+mod support;
+use support::{elected_token, instance, lead, run_id, transition, G, TTL};
+
 const LEASE_KEY: &str = "leader:{jobs}:lease";
 const TOKEN_KEY: &str = "leader:{jobs}:token";
 
-fn instance(server: &RedisServer, id: &str) -> Runtime {
-    Runtime::new(
-        Config::builder()
-            .redis_url(server.url())
-            .ttl(TTL)
-            .renew_interval(RENEW)
-            .retry_interval(Duration::from_millis(200))
-            .instance_id(id)
-            .build()
-            .unwrap(),
-    )
-    .unwrap()
-}
-
-/// The next transition (not a renewal or a backend error), within `limit`.
-async fn transition(rx: &mut broadcast::Receiver<Event>, limit: Duration) -> Event {
-    timeout(limit, async {
-        loop {
-            match rx.recv().await.unwrap() {
-                Event::Renewed { .. } | Event::BackendError { .. } => {}
-                e => return e,
-            }
+/// The next transition of `rx`, within `limit`, is `Lost` with reason `Expired`.
+async fn lost_expired(rx: &mut broadcast::Receiver<Event>, limit: Duration) {
+    let lost = transition(rx, limit).await;
+    let expired = matches!(
+        lost,
+        Event::Lost {
+            reason: LostReason::Expired,
+            ..
         }
-    })
-    .await
-    .expect("no transition in time")
-}
-
-/// The server's identity as the scripts name it (`run_id/master_replid`),
-/// which vouches for the records it wrote.
-async fn run_id(server: &RedisServer) -> String {
-    let field = |section: &'static str, name: &'static str| async move {
-        let info = server.cmd(&["INFO", section]).await.unwrap();
-        let prefix = format!("{name}:");
-        info.as_str()
-            .unwrap()
-            .lines()
-            .find_map(|l| l.strip_prefix(prefix.as_str()).map(str::to_owned))
-            .unwrap()
-            .trim()
-            .to_owned()
-    };
-    format!(
-        "{}/{}",
-        field("server", "run_id").await,
-        field("replication", "master_replid").await
-    )
-}
-
-fn elected_token(e: Event) -> u64 {
-    match e {
-        Event::Elected { token, .. } => token,
-        other => panic!("expected Elected, got {other:?}"),
-    }
-}
-
-/// Start `rt`'s election on `G` and wait until it leads.
-async fn lead(rt: &Runtime) -> u64 {
-    let mut events = rt.subscribe();
-    let _ = rt.run_if_leader(G, || async {}).await;
-    if let Some(token) = rt
-        .run_if_leader(G, || async {
-            leader_runtime::current_lease().unwrap().token()
-        })
-        .await
-    {
-        return token;
-    }
-    elected_token(transition(&mut events, TTL * 3).await)
+    );
+    assert!(expired, "{lost:?}");
 }
 
 #[tokio::test]
 async fn first_election_on_a_new_server_waits_one_ttl_then_holds_the_key() {
     let server = RedisServer::start().await.unwrap();
-    let a = instance(&server, "a");
-    let b = instance(&server, "b");
+    let a = instance(server.url(), "a");
+    let b = instance(server.url(), "b");
     assert_eq!(a.leader_id(G).await.unwrap(), None);
     let start = Instant::now();
-    let token = lead(&a).await;
+    let token = lead(&a, G, TTL * 3).await;
     // No token counter: first election ever (or data loss) — safe start.
     assert!(start.elapsed() >= TTL, "{:?}", start.elapsed());
     assert!(start.elapsed() < TTL * 2, "{:?}", start.elapsed());
@@ -133,7 +75,7 @@ async fn reclaims_its_own_lease_at_once_after_a_restart_of_the_election() {
         .cmd(&["SET", LEASE_KEY, "a", "PX", "30000"])
         .await
         .unwrap();
-    let a = instance(&server, "a");
+    let a = instance(server.url(), "a");
     let start = Instant::now();
     let token = a
         .run_if_leader(G, || async {
@@ -164,9 +106,9 @@ async fn reclaims_its_own_lease_at_once_after_a_restart_of_the_election() {
 #[tokio::test]
 async fn tokens_grow_across_leaderships_and_across_a_server_restart() {
     let mut server = RedisServer::start().await.unwrap();
-    let a = instance(&server, "a");
-    let b = instance(&server, "b");
-    let t1 = lead(&a).await;
+    let a = instance(server.url(), "a");
+    let b = instance(server.url(), "b");
+    let t1 = lead(&a, G, TTL * 3).await;
     assert!(b.run_if_leader(G, || async {}).await.is_none());
     let mut b_events = b.subscribe();
     a.step_down(G).await.unwrap();
@@ -178,17 +120,7 @@ async fn tokens_grow_across_leaderships_and_across_a_server_restart() {
     server.kill().await.unwrap();
     server.start_again().await.unwrap();
     // b's renew finds the lease gone (or errors, then expires).
-    let lost = transition(&mut b_events, TTL * 3).await;
-    assert!(
-        matches!(
-            lost,
-            Event::Lost {
-                reason: LostReason::Expired,
-                ..
-            }
-        ),
-        "{lost:?}"
-    );
+    lost_expired(&mut b_events, TTL * 3).await;
     // Whoever wins next runs the scripts again (NOSCRIPT is reloaded) and,
     // with the counter gone, waits one ttl (safe start); its token is still larger.
     let t3 = tokio::select! {
@@ -203,8 +135,8 @@ async fn tokens_grow_across_leaderships_and_across_a_server_restart() {
 #[tokio::test]
 async fn script_flush_while_leading_is_recovered_without_a_loss() {
     let server = RedisServer::start().await.unwrap();
-    let a = instance(&server, "a");
-    lead(&a).await;
+    let a = instance(server.url(), "a");
+    lead(&a, G, TTL * 3).await;
     server.cmd(&["SCRIPT", "FLUSH"]).await.unwrap();
     let mut events = a.subscribe();
     // Two renewals after the flush succeed.
@@ -231,9 +163,9 @@ async fn script_flush_while_leading_is_recovered_without_a_loss() {
 #[tokio::test]
 async fn release_notice_hands_over_in_one_round_trip() {
     let server = RedisServer::start().await.unwrap();
-    let a = instance(&server, "a");
-    let b = instance(&server, "b");
-    lead(&a).await;
+    let a = instance(server.url(), "a");
+    let b = instance(server.url(), "b");
+    lead(&a, G, TTL * 3).await;
     assert!(b.run_if_leader(G, || async {}).await.is_none());
     // Let b settle into waiting for the lease's expiry (~1 s away).
     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -250,8 +182,8 @@ async fn release_notice_hands_over_in_one_round_trip() {
 #[tokio::test]
 async fn someone_overwriting_the_lease_supersedes_the_leader() {
     let server = RedisServer::start().await.unwrap();
-    let a = instance(&server, "a");
-    lead(&a).await;
+    let a = instance(server.url(), "a");
+    lead(&a, G, TTL * 3).await;
     let mut events = a.subscribe();
     server
         .cmd(&["SET", LEASE_KEY, "intruder", "PX", "60000"])
@@ -275,22 +207,12 @@ async fn someone_overwriting_the_lease_supersedes_the_leader() {
 #[tokio::test]
 async fn a_wrong_type_under_the_lease_key_ends_the_view_without_a_panic() {
     let server = RedisServer::start().await.unwrap();
-    let a = instance(&server, "a");
-    lead(&a).await;
+    let a = instance(server.url(), "a");
+    lead(&a, G, TTL * 3).await;
     let mut events = a.subscribe();
     server.cmd(&["DEL", LEASE_KEY]).await.unwrap();
     server.cmd(&["HSET", LEASE_KEY, "f", "v"]).await.unwrap();
-    let lost = transition(&mut events, TTL * 2).await;
-    assert!(
-        matches!(
-            lost,
-            Event::Lost {
-                reason: LostReason::Expired,
-                ..
-            }
-        ),
-        "{lost:?}"
-    );
+    lost_expired(&mut events, TTL * 2).await;
     assert!(!a.is_leader(G));
     assert!(a.stats(G).unwrap().renew_failures > 0);
     // leader_id reports the protocol problem instead of guessing.

@@ -9,18 +9,15 @@ use std::time::Duration;
 
 use leader_runtime::{Config, Error, Event, LostReason, Runtime};
 use leader_testkit::RedisServer;
-use tokio::sync::broadcast;
 use tokio::time::{timeout, Instant};
 
-const TTL: Duration = Duration::from_millis(1000);
-const RENEW: Duration = Duration::from_millis(300);
-const G: &str = "jobs";
+mod support;
+use support::{elected, instance, ACL_RULES, G, RENEW, TTL};
+
 const PASSWORD: &str = "app-s3cret-pw";
 const WRONG: &str = "wr0ng-pa55word";
 /// Exactly the rules the docs of `ConfigBuilder::redis_url` list.
-const RULES: &str =
-    "~leader:* &leader:released &leader:control +evalsha +eval +script|load +get +set \
-                     +pexpire +pttl +del +time +info +type +hmget +hset +publish +subscribe +ping";
+const RULES: &str = ACL_RULES;
 
 async fn server() -> RedisServer {
     RedisServer::builder()
@@ -35,37 +32,11 @@ fn url(server: &RedisServer, password: &str) -> String {
     format!("redis://app:{password}@127.0.0.1:{}", server.port())
 }
 
-fn instance(url: &str, id: &str) -> Runtime {
-    Runtime::new(
-        Config::builder()
-            .redis_url(url)
-            .ttl(TTL)
-            .renew_interval(RENEW)
-            .retry_interval(Duration::from_millis(200))
-            .instance_id(id)
-            .build()
-            .unwrap(),
-    )
-    .unwrap()
-}
-
-async fn elected(rx: &mut broadcast::Receiver<Event>, limit: Duration) -> u64 {
-    timeout(limit, async {
-        loop {
-            if let Event::Elected { token, .. } = rx.recv().await.unwrap() {
-                return token;
-            }
-        }
-    })
-    .await
-    .expect("not elected in time")
-}
-
 #[tokio::test]
 async fn a_least_privilege_acl_user_from_the_url_elects_and_hands_over() {
     let server = server().await;
-    let a = instance(&url(&server, PASSWORD), "a");
-    let b = instance(&url(&server, PASSWORD), "b");
+    let a = instance(url(&server, PASSWORD), "a");
+    let b = instance(url(&server, PASSWORD), "b");
     assert_eq!(a.leader_id(G).await.unwrap(), None);
     let mut a_events = a.subscribe();
     assert!(a.run_if_leader(G, || async {}).await.is_none());

@@ -8,21 +8,16 @@ use leader_runtime::{Config, Runtime};
 use leader_testkit::{RedisServer, Reply};
 use tokio::time::{sleep, timeout};
 
+mod support;
+use support::runtime;
+
 const TTL: Duration = Duration::from_millis(1500);
 const RENEW: Duration = Duration::from_millis(300);
 const GROUPS: usize = 200;
 
 fn instance(server: &RedisServer) -> Runtime {
-    Runtime::new(
-        Config::builder()
-            .redis_url(server.url())
-            .ttl(TTL)
-            .renew_interval(RENEW)
-            .instance_id("a")
-            .build()
-            .unwrap(),
-    )
-    .unwrap()
+    let config = Config::builder().redis_url(server.url()).instance_id("a");
+    runtime(config.ttl(TTL).renew_interval(RENEW))
 }
 
 fn names() -> Vec<String> {

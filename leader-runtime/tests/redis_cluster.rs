@@ -5,26 +5,24 @@
 
 use std::time::Duration;
 
-use leader_runtime::{Config, Event, Runtime};
+use leader_runtime::Runtime;
 use leader_testkit::RedisCluster;
-use tokio::sync::broadcast;
-use tokio::time::{timeout, Instant};
+use tokio::time::Instant;
+
+mod support;
+use support::{config, elected_in, lead, run_id, runtime, ACL_RULES};
 
 const TTL: Duration = Duration::from_millis(2000);
 const RENEW: Duration = Duration::from_millis(600);
 
 fn instance(cluster: &RedisCluster, id: &str) -> Runtime {
-    Runtime::new(
-        Config::builder()
-            .redis_cluster_urls(cluster.urls())
+    let urls = cluster.urls();
+    runtime(
+        config(id)
+            .redis_cluster_urls(urls)
             .ttl(TTL)
-            .renew_interval(RENEW)
-            .retry_interval(Duration::from_millis(200))
-            .instance_id(id)
-            .build()
-            .unwrap(),
+            .renew_interval(RENEW),
     )
-    .unwrap()
 }
 
 fn lease_key(group: &str) -> String {
@@ -40,23 +38,7 @@ fn token_key(group: &str) -> String {
 /// written it: last token `token`, nobody else may still lead (so the next
 /// election skips the one-ttl safe start).
 async fn seed_record(node: &leader_testkit::RedisServer, group: &str, token: &str) {
-    let field = |section: &'static str, name: &'static str| async move {
-        let info = node.cmd(&["INFO", section]).await.unwrap();
-        let prefix = format!("{name}:");
-        info.as_str()
-            .unwrap()
-            .lines()
-            .find_map(|l| l.strip_prefix(prefix.as_str()).map(str::to_owned))
-            .unwrap()
-            .trim()
-            .to_owned()
-    };
-    // The server's identity as the scripts name it.
-    let run = format!(
-        "{}/{}",
-        field("server", "run_id").await,
-        field("replication", "master_replid").await
-    );
+    let run = run_id(node).await;
     node.cmd(&[
         "HSET",
         &token_key(group),
@@ -90,37 +72,6 @@ async fn group_per_node(cluster: &RedisCluster) -> Vec<String> {
     groups.into_iter().map(Option::unwrap).collect()
 }
 
-/// The next `Elected` of `group` (skipping everything else), within `limit`.
-async fn elected(rx: &mut broadcast::Receiver<Event>, group: &str, limit: Duration) -> u64 {
-    timeout(limit, async {
-        loop {
-            match rx.recv().await.unwrap() {
-                Event::Elected {
-                    group: g, token, ..
-                } if g == group => return token,
-                Event::Lost { group: g, .. } if g == group => panic!("lost {group} while waiting"),
-                _ => {}
-            }
-        }
-    })
-    .await
-    .unwrap_or_else(|_| panic!("{group}: not elected within {limit:?}"))
-}
-
-/// Start `rt`'s election on `group` and wait until it leads.
-async fn lead(rt: &Runtime, group: &str) -> u64 {
-    let mut events = rt.subscribe();
-    let token = rt
-        .run_if_leader(group, || async {
-            leader_runtime::current_lease().unwrap().token()
-        })
-        .await;
-    match token {
-        Some(token) => token,
-        None => elected(&mut events, group, TTL * 3).await,
-    }
-}
-
 #[tokio::test]
 async fn elects_on_every_master_with_tokens_and_leader_id_and_hands_over_by_notice() {
     let cluster = RedisCluster::start().await.unwrap();
@@ -137,13 +88,13 @@ async fn elects_on_every_master_with_tokens_and_leader_id_and_hands_over_by_noti
     }
 
     let start = Instant::now();
-    let fresh_token = lead(&a, &groups[0]).await;
+    let fresh_token = lead(&a, &groups[0], TTL * 3).await;
     let waited = start.elapsed();
     assert!(waited >= TTL, "fresh start must wait one ttl: {waited:?}");
     let mut tokens = vec![fresh_token];
     for group in &groups[1..] {
         let start = Instant::now();
-        let token = lead(&a, group).await;
+        let token = lead(&a, group, TTL * 3).await;
         assert!(start.elapsed() < TTL / 2, "{group}: {:?}", start.elapsed());
         assert!(
             token > 1000,
@@ -179,7 +130,7 @@ async fn elects_on_every_master_with_tokens_and_leader_id_and_hands_over_by_noti
         let mut b_events = b.subscribe();
         let start = Instant::now();
         a.step_down(group).await.unwrap();
-        let token = elected(&mut b_events, group, TTL).await;
+        let token = elected_in(&mut b_events, group, TTL).await;
         let handover = start.elapsed();
         cluster.check(
             handover < Duration::from_millis(500),
@@ -215,19 +166,16 @@ async fn notices_move_to_another_node_when_the_subscribed_one_dies() {
     let group = &groups[1];
     seed_record(cluster.node(1), group, "1").await;
     // A long ttl: without a notice, b would wait for most of it.
-    let config = |id: &str| {
-        Config::builder()
-            .redis_cluster_urls(cluster.urls())
-            .ttl(Duration::from_secs(6))
-            .renew_interval(Duration::from_secs(1))
-            .retry_interval(Duration::from_millis(200))
-            .instance_id(id)
-            .build()
-            .unwrap()
+    let instance = |id: &str| {
+        let config = config(id).redis_cluster_urls(cluster.urls());
+        runtime(
+            config
+                .ttl(Duration::from_secs(6))
+                .renew_interval(Duration::from_secs(1)),
+        )
     };
-    let a = Runtime::new(config("a")).unwrap();
-    let b = Runtime::new(config("b")).unwrap();
-    lead(&a, group).await;
+    let (a, b) = (instance("a"), instance("b"));
+    lead(&a, group, TTL * 3).await;
     assert!(b.run_if_leader(group, || async {}).await.is_none());
 
     cluster.node_mut(0).kill().await.unwrap();
@@ -238,7 +186,7 @@ async fn notices_move_to_another_node_when_the_subscribed_one_dies() {
     let mut b_events = b.subscribe();
     let start = Instant::now();
     a.step_down(group).await.unwrap();
-    elected(&mut b_events, group, Duration::from_secs(7)).await;
+    elected_in(&mut b_events, group, Duration::from_secs(7)).await;
     let handover = start.elapsed();
     cluster.check(
         handover < Duration::from_millis(800),
@@ -253,9 +201,7 @@ async fn notices_move_to_another_node_when_the_subscribed_one_dies() {
 async fn an_acl_user_with_the_documented_rules_elects_on_a_cluster() {
     // The rules of `ConfigBuilder::redis_url`, plus `+cluster|slots` as
     // `redis_cluster_urls` documents.
-    let rules = "~leader:* &leader:released &leader:control +evalsha +eval +script|load +get +set \
-                 +pexpire +pttl +del +time +info +type +hmget +hset +publish +subscribe +ping \
-                 +cluster|slots";
+    let rules = format!("{ACL_RULES} +cluster|slots");
     let mut args = vec!["--user", "app", "on", ">app-pw"];
     args.extend(rules.split_whitespace());
     let cluster = RedisCluster::builder().args(args).start().await.unwrap();
@@ -268,27 +214,20 @@ async fn an_acl_user_with_the_documented_rules_elects_on_a_cluster() {
         .iter()
         .map(|n| format!("redis://app:app-pw@127.0.0.1:{}", n.port()))
         .collect();
-    let config = |id: &str| {
-        Config::builder()
-            .redis_cluster_urls(urls.clone())
-            .ttl(TTL)
-            .renew_interval(RENEW)
-            .retry_interval(Duration::from_millis(200))
-            .instance_id(id)
-            .build()
-            .unwrap()
+    let instance = |id: &str| {
+        let config = config(id).redis_cluster_urls(urls.clone());
+        runtime(config.ttl(TTL).renew_interval(RENEW))
     };
-    let a = Runtime::new(config("a")).unwrap();
-    let b = Runtime::new(config("b")).unwrap();
+    let (a, b) = (instance("a"), instance("b"));
     for group in &groups {
-        lead(&a, group).await;
+        lead(&a, group, TTL * 3).await;
         assert!(b.run_if_leader(group, || async {}).await.is_none());
         assert_eq!(b.leader_id(group).await.unwrap().as_deref(), Some("a"));
     }
     tokio::time::sleep(Duration::from_millis(100)).await;
     let mut b_events = b.subscribe();
     a.step_down(&groups[2]).await.unwrap();
-    elected(&mut b_events, &groups[2], Duration::from_millis(500)).await;
+    elected_in(&mut b_events, &groups[2], Duration::from_millis(500)).await;
     for node in cluster.nodes() {
         let denials = node.cmd(&["ACL", "LOG"]).await.unwrap();
         cluster.check(

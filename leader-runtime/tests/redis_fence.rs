@@ -9,17 +9,21 @@
 use std::time::Duration;
 
 use leader_runtime::fence::{FencedScript, Reply};
-use leader_runtime::{Config, Error, Event, Fenced, Lease, Runtime};
+use leader_runtime::{Error, Event, Fenced, Lease, Runtime};
 use leader_testkit::{RedisCluster, RedisServer};
 use tokio::time::timeout;
 
-const TTL: Duration = Duration::from_millis(1000);
+mod support;
+use support::{runtime, TTL};
 
-fn config() -> leader_runtime::ConfigBuilder {
-    Config::builder()
-        .ttl(TTL)
-        .renew_interval(Duration::from_millis(300))
-        .retry_interval(Duration::from_millis(100))
+/// The tests' timings, retrying every 100 ms, as instance `id`.
+fn config(id: &str) -> leader_runtime::ConfigBuilder {
+    support::config(id).retry_interval(Duration::from_millis(100))
+}
+
+/// Instance `id` on the Redis at `url`.
+fn instance(url: String, id: &str) -> Runtime {
+    runtime(config(id).redis_url(url))
 }
 
 fn record_key(group: &str) -> String {
@@ -71,22 +75,8 @@ async fn get(server: &RedisServer, key: &str) -> Option<String> {
 #[tokio::test]
 async fn writes_apply_for_the_leader_and_are_refused_once_a_successor_is_elected() {
     let server = RedisServer::start().await.unwrap();
-    let a = Runtime::new(
-        config()
-            .redis_url(server.url())
-            .instance_id("a")
-            .build()
-            .unwrap(),
-    )
-    .unwrap();
-    let b = Runtime::new(
-        config()
-            .redis_url(server.url())
-            .instance_id("b")
-            .build()
-            .unwrap(),
-    )
-    .unwrap();
+    let a = instance(server.url(), "a");
+    let b = instance(server.url(), "b");
     let fence = lead(&a, "jobs").await.fence();
     let (key, hash, n) = (fence.key("state"), fence.key("h"), fence.key("n"));
     assert_eq!(key, "leader:{jobs}:state");
@@ -200,14 +190,7 @@ async fn tokens_compare_exactly_above_2_pow_53_and_a_missing_record_fails_closed
         ])
         .await
         .unwrap();
-    let a = Runtime::new(
-        config()
-            .redis_url(server.url())
-            .instance_id("a")
-            .build()
-            .unwrap(),
-    )
-    .unwrap();
+    let a = instance(server.url(), "a");
     let fence = lead(&a, "jobs").await.fence();
     assert_eq!(fence.token(), 9_007_199_254_740_995);
     let key = fence.key("state");
@@ -260,16 +243,7 @@ async fn tokens_compare_exactly_above_2_pow_53_and_a_missing_record_fails_closed
 #[tokio::test]
 async fn fenced_writes_on_a_three_master_cluster() {
     let cluster = RedisCluster::start().await.unwrap();
-    let instance = |id: &str| {
-        Runtime::new(
-            config()
-                .redis_cluster_urls(cluster.urls())
-                .instance_id(id)
-                .build()
-                .unwrap(),
-        )
-        .unwrap()
-    };
+    let instance = |id: &str| runtime(config(id).redis_cluster_urls(cluster.urls()));
     let (a, b) = (instance("a"), instance("b"));
     // One group per master.
     let mut groups: Vec<Option<String>> = vec![None; cluster.nodes().len()];
@@ -331,14 +305,7 @@ async fn a_token_is_checked_by_the_server_not_by_the_local_view() {
     // only once a successor was elected: after a clean step-down with nobody
     // else campaigning, the old token is still the mark.
     let server = RedisServer::start().await.unwrap();
-    let a = Runtime::new(
-        config()
-            .redis_url(server.url())
-            .instance_id("a")
-            .build()
-            .unwrap(),
-    )
-    .unwrap();
+    let a = instance(server.url(), "a");
     let lease = lead(&a, "solo").await;
     a.set_eligible("solo", false).await.unwrap();
     assert!(!lease.is_valid());

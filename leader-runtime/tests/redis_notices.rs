@@ -9,42 +9,26 @@
 
 use std::time::Duration;
 
-use leader_runtime::{Config, Event, Runtime};
+use leader_runtime::{Event, Runtime};
 use leader_testkit::{FaultProxy, Mode, RedisServer};
 use tokio::sync::broadcast;
 use tokio::time::{timeout, Instant};
 
-const G: &str = "jobs";
+mod support;
+use support::{config, next_event, runtime, G};
+
 const TTL: Duration = Duration::from_secs(3);
 const RENEW: Duration = Duration::from_millis(300);
 const RETRY: Duration = Duration::from_millis(300);
 
 fn instance(url: String, id: &str) -> Runtime {
-    Runtime::new(
-        Config::builder()
-            .redis_url(url)
-            .ttl(TTL)
-            .renew_interval(RENEW)
-            .retry_interval(RETRY)
-            .instance_id(id)
-            .build()
-            .unwrap(),
-    )
-    .unwrap()
+    let config = config(id).redis_url(url).ttl(TTL);
+    runtime(config.renew_interval(RENEW).retry_interval(RETRY))
 }
 
 async fn elected(events: &mut broadcast::Receiver<Event>, within: Duration) -> bool {
-    timeout(within, async {
-        loop {
-            match events.recv().await {
-                Ok(Event::Elected { .. }) => return true,
-                Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
-                Err(broadcast::error::RecvError::Closed) => return false,
-            }
-        }
-    })
-    .await
-    .unwrap_or(false)
+    let elected = |e: &Event| matches!(e, Event::Elected { .. });
+    next_event(events, within, elected).await.is_some()
 }
 
 /// `a` leads (directly on `server`), `b` follows through `proxy`; returns

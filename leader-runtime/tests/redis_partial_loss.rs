@@ -7,58 +7,15 @@
 
 use std::time::Duration;
 
-use leader_runtime::{Config, Event, Runtime};
+use leader_runtime::{Event, Runtime};
 use leader_testkit::RedisServer;
-use tokio::sync::broadcast;
 use tokio::time::{timeout, Instant};
 
-const TTL: Duration = Duration::from_millis(1000);
-const RENEW: Duration = Duration::from_millis(300);
-const G: &str = "jobs";
+mod support;
+use support::{elected, instance, lead, G, RENEW, TTL};
+
 const LEASE_KEY: &str = "leader:{jobs}:lease";
 const RECORD_KEY: &str = "leader:{jobs}:token";
-
-fn instance(server: &RedisServer, id: &str) -> Runtime {
-    Runtime::new(
-        Config::builder()
-            .redis_url(server.url())
-            .ttl(TTL)
-            .renew_interval(RENEW)
-            .retry_interval(Duration::from_millis(200))
-            .instance_id(id)
-            .build()
-            .unwrap(),
-    )
-    .unwrap()
-}
-
-/// The next `Elected` of `rx`, within `limit`; its token.
-async fn elected(rx: &mut broadcast::Receiver<Event>, limit: Duration) -> u64 {
-    timeout(limit, async {
-        loop {
-            if let Event::Elected { token, .. } = rx.recv().await.unwrap() {
-                return token;
-            }
-        }
-    })
-    .await
-    .expect("not elected in time")
-}
-
-/// Start `rt`'s election and wait until its view begins.
-async fn lead(rt: &Runtime) -> u64 {
-    let mut events = rt.subscribe();
-    let _ = rt.run_if_leader(G, || async {}).await;
-    if rt.is_leader(G) {
-        return rt
-            .run_if_leader(G, || async {
-                leader_runtime::current_lease().unwrap().token()
-            })
-            .await
-            .unwrap();
-    }
-    elected(&mut events, TTL * 3).await
-}
 
 /// When `rt`'s view of `G` ends, as things stand.
 fn view_end(rt: &Runtime) -> Instant {
@@ -74,8 +31,8 @@ fn view_end(rt: &Runtime) -> Instant {
 #[tokio::test]
 async fn a_deleted_lease_key_delays_a_newcomer_until_the_last_view_ended() {
     let server = RedisServer::start().await.unwrap();
-    let a = instance(&server, "a");
-    let first = lead(&a).await;
+    let a = instance(server.url(), "a");
+    let first = lead(&a, G, TTL * 3).await;
     // A renewal moved the view on from the acquisition.
     let mut a_events = a.subscribe();
     timeout(TTL, async {
@@ -86,7 +43,7 @@ async fn a_deleted_lease_key_delays_a_newcomer_until_the_last_view_ended() {
     let a_end = view_end(&a);
     server.cmd(&["DEL", LEASE_KEY]).await.unwrap();
     // A newcomer (a rolling deploy) takes the lease at once...
-    let c = instance(&server, "c");
+    let c = instance(server.url(), "c");
     let mut c_events = c.subscribe();
     assert_eq!(c.run_if_leader(G, || async {}).await, None);
     assert_eq!(c.leader_id(G).await.unwrap().as_deref(), Some("c"));
@@ -118,9 +75,9 @@ async fn a_record_another_server_process_wrote_makes_the_first_view_wait_one_ttl
         ])
         .await
         .unwrap();
-    let a = instance(&server, "a");
+    let a = instance(server.url(), "a");
     let start = Instant::now();
-    let token = lead(&a).await;
+    let token = lead(&a, G, TTL * 3).await;
     assert!(start.elapsed() >= TTL, "{:?}", start.elapsed());
     assert!(token > 5);
     a.shutdown().await;
@@ -135,8 +92,8 @@ async fn tokens_stay_exact_above_two_to_the_53() {
         .cmd(&["SET", RECORD_KEY, "9007199254740993"])
         .await
         .unwrap();
-    let a = instance(&server, "a");
-    assert_eq!(lead(&a).await, 9_007_199_254_740_994);
+    let a = instance(server.url(), "a");
+    assert_eq!(lead(&a, G, TTL * 3).await, 9_007_199_254_740_994);
     let stored = server.cmd(&["HGET", RECORD_KEY, "token"]).await.unwrap();
     assert_eq!(stored, "9007199254740994");
     a.shutdown().await;
@@ -156,7 +113,7 @@ async fn a_record_that_cannot_issue_a_greater_token_writes_nothing() {
     ] {
         server.cmd(&["DEL", RECORD_KEY]).await.unwrap();
         server.cmd(&["SET", RECORD_KEY, bad]).await.unwrap();
-        let a = instance(&server, "a");
+        let a = instance(server.url(), "a");
         let mut events = a.subscribe();
         assert_eq!(a.run_if_leader(G, || async {}).await, None, "{bad:?}");
         let error = timeout(TTL, async {
@@ -184,7 +141,7 @@ async fn a_record_that_cannot_issue_a_greater_token_writes_nothing() {
         .cmd(&["HSET", RECORD_KEY, "token", "9223372036854775807"])
         .await
         .unwrap();
-    let a = instance(&server, "a");
+    let a = instance(server.url(), "a");
     assert_eq!(a.run_if_leader(G, || async {}).await, None);
     let lease = server.cmd(&["EXISTS", LEASE_KEY]).await.unwrap();
     server.check(
@@ -197,8 +154,8 @@ async fn a_record_that_cannot_issue_a_greater_token_writes_nothing() {
 #[tokio::test]
 async fn a_renew_on_a_record_another_server_wrote_ends_the_view() {
     let server = RedisServer::start().await.unwrap();
-    let a = instance(&server, "a");
-    lead(&a).await;
+    let a = instance(server.url(), "a");
+    lead(&a, G, TTL * 3).await;
     let mut events = a.subscribe();
     // As if Redis had restarted from a file (or a replica been promoted)
     // with a's key still alive in it: the server vouches for no record.
@@ -226,8 +183,8 @@ async fn a_renew_on_a_record_another_server_wrote_ends_the_view() {
 #[tokio::test]
 async fn a_release_names_the_leadership_it_ends() {
     let server = RedisServer::start().await.unwrap();
-    let a = instance(&server, "a");
-    let token = lead(&a).await;
+    let a = instance(server.url(), "a");
+    let token = lead(&a, G, TTL * 3).await;
     // A newer leadership of a's id (a re-claim elsewhere, say): a's release
     // of its own, older one must leave the lease alone.
     server

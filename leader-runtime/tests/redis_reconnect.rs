@@ -7,27 +7,20 @@
 
 use std::time::Duration;
 
-use leader_runtime::{Config, Event, Runtime};
+use leader_runtime::{Event, Runtime};
 use leader_testkit::RedisServer;
 use tokio::time::{timeout, Instant};
 
-const G: &str = "jobs";
+mod support;
+use support::{config, next_event, G};
+
 const TTL: Duration = Duration::from_millis(500);
 const RETRY: Duration = Duration::from_millis(50);
 
 /// One instance on `server`, retrying every `RETRY`.
 fn runtime(server: &RedisServer, ttl: Duration, renew: Duration) -> Runtime {
-    Runtime::new(
-        Config::builder()
-            .redis_url(server.url())
-            .ttl(ttl)
-            .renew_interval(renew)
-            .retry_interval(RETRY)
-            .instance_id("a")
-            .build()
-            .unwrap(),
-    )
-    .unwrap()
+    let config = config("a").redis_url(server.url()).ttl(ttl);
+    support::runtime(config.renew_interval(renew).retry_interval(RETRY))
 }
 
 #[tokio::test]
@@ -78,11 +71,15 @@ async fn a_leader_notices_a_restarted_redis_before_its_next_renewal() {
     let rt = runtime(&server, ttl, renew);
     let mut events = rt.subscribe();
     assert!(!rt.is_leader(G));
-    let first = next_event(&mut events, ttl * 4, |e| matches!(e, Event::Elected { .. })).await;
+    let first = next_event(&mut events, ttl * 4, |e| matches!(e, Event::Elected { .. }))
+        .await
+        .is_some();
     assert!(first, "never elected");
     // Right after a renewal, Redis restarts empty (lease, token counter,
     // scripts gone).
-    let renewed = next_event(&mut events, ttl * 2, |e| matches!(e, Event::Renewed { .. })).await;
+    let renewed = next_event(&mut events, ttl * 2, |e| matches!(e, Event::Renewed { .. }))
+        .await
+        .is_some();
     assert!(renewed, "never renewed");
     server.restart().await.unwrap();
     let back = Instant::now();
@@ -113,17 +110,4 @@ async fn a_leader_notices_a_restarted_redis_before_its_next_renewal() {
         "leader again {elected:?} after Redis was back"
     );
     rt.shutdown().await;
-}
-
-/// Whether an event matching `wanted` arrives within `limit`.
-async fn next_event(
-    events: &mut tokio::sync::broadcast::Receiver<Event>,
-    limit: Duration,
-    wanted: impl Fn(&Event) -> bool,
-) -> bool {
-    timeout(limit, async {
-        while !wanted(&events.recv().await.unwrap()) {}
-    })
-    .await
-    .is_ok()
 }

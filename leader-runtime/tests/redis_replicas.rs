@@ -8,22 +8,15 @@ use leader_testkit::RedisServer;
 use tokio::sync::broadcast::error::{RecvError, TryRecvError};
 use tokio::time::{timeout, Instant};
 
-const TTL: Duration = Duration::from_millis(1000);
-const RENEW: Duration = Duration::from_millis(300);
+mod support;
+use support::{config, runtime, RENEW, TTL};
 
 fn instance(primary: &RedisServer, id: &str, min_replicas: u32) -> Runtime {
-    Runtime::new(
-        Config::builder()
+    runtime(
+        config(id)
             .redis_url(primary.url())
-            .ttl(TTL)
-            .renew_interval(RENEW)
-            .retry_interval(Duration::from_millis(200))
-            .instance_id(id)
-            .min_replicas(min_replicas)
-            .build()
-            .unwrap(),
+            .min_replicas(min_replicas),
     )
-    .unwrap()
 }
 
 async fn primary_with_replica() -> (RedisServer, RedisServer) {

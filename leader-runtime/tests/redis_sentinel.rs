@@ -21,49 +21,24 @@ use leader_testkit::{RedisSentinel, Reply};
 use tokio::sync::broadcast;
 use tokio::time::{timeout, Instant};
 
-const G: &str = "jobs";
+mod support;
+use support::{next_event, runtime, ACL_RULES, G, RENEW, TTL};
+
 const LEASE_KEY: &str = "leader:{jobs}:lease";
-const TTL: Duration = Duration::from_millis(1000);
-const RENEW: Duration = Duration::from_millis(300);
 const RETRY: Duration = Duration::from_millis(100);
 /// The rules `ConfigBuilder::redis_sentinel`'s docs list for the master:
 /// those of `redis_url` plus `+role`.
-const MASTER_RULES: &str =
-    "~leader:* &leader:released &leader:control +evalsha +eval +script|load +get +set \
-                            +pexpire +pttl +del +time +info +type +hmget +hset +publish \
-                            +subscribe +ping +role";
+fn master_rules() -> String {
+    format!("{ACL_RULES} +role")
+}
 
 fn config(deployment: &RedisSentinel, id: &str) -> leader_runtime::ConfigBuilder {
-    Config::builder()
-        .redis_sentinel(deployment.master_name(), deployment.sentinel_urls())
-        .ttl(TTL)
-        .renew_interval(RENEW)
-        .retry_interval(RETRY)
-        .instance_id(id)
+    let config = support::config(id).retry_interval(RETRY);
+    config.redis_sentinel(deployment.master_name(), deployment.sentinel_urls())
 }
 
 fn instance(deployment: &RedisSentinel, id: &str) -> Runtime {
-    Runtime::new(config(deployment, id).build().unwrap()).unwrap()
-}
-
-/// The next event matching `want`, within `within`.
-async fn event(
-    events: &mut broadcast::Receiver<Event>,
-    within: Duration,
-    want: impl Fn(&Event) -> bool,
-) -> Option<Event> {
-    timeout(within, async {
-        loop {
-            match events.recv().await {
-                Ok(e) if want(&e) => return Some(e),
-                Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
-                Err(broadcast::error::RecvError::Closed) => return None,
-            }
-        }
-    })
-    .await
-    .ok()
-    .flatten()
+    runtime(config(deployment, id))
 }
 
 async fn lease_holder(deployment: &RedisSentinel, node: usize) -> Option<String> {
@@ -73,17 +48,20 @@ async fn lease_holder(deployment: &RedisSentinel, node: usize) -> Option<String>
     }
 }
 
+/// Start `rt`'s election on `G`: whether it is elected within `within`.
+async fn campaign(rt: &Runtime, within: Duration) -> bool {
+    let mut events = rt.subscribe();
+    rt.is_leader(G);
+    let elected = |e: &Event| matches!(e, Event::Elected { .. });
+    next_event(&mut events, within, elected).await.is_some()
+}
+
 #[tokio::test]
 async fn a_leader_is_elected_through_sentinel() {
     let deployment = RedisSentinel::start().await.unwrap();
     let a = instance(&deployment, "a");
-    let mut events = a.subscribe();
-    a.is_leader(G);
-    let elected = event(&mut events, Duration::from_secs(5), |e| {
-        matches!(e, Event::Elected { .. })
-    })
-    .await;
-    deployment.check(elected.is_some(), "not elected through the sentinels");
+    let elected = campaign(&a, Duration::from_secs(5)).await;
+    deployment.check(elected, "not elected through the sentinels");
     assert!(a.is_leader(G));
     assert_eq!(a.leader_id(G).await.unwrap().as_deref(), Some("a"));
     // The lease is on the master the sentinels name, and replicated.
@@ -122,7 +100,7 @@ async fn a_leader_is_elected_through_sentinel() {
     .expect("b did not learn that a leads");
     let released = Instant::now();
     a.shutdown().await;
-    let took_over = event(&mut b_events, TTL * 2, |e| {
+    let took_over = next_event(&mut b_events, TTL * 2, |e| {
         matches!(e, Event::Elected { .. })
     })
     .await;
@@ -344,12 +322,8 @@ async fn a_demoted_master_is_never_renewed_on() {
     let deployment = RedisSentinel::start().await.unwrap();
     let a = instance(&deployment, "a");
     let mut events = a.subscribe();
-    a.is_leader(G);
-    let elected = event(&mut events, Duration::from_secs(5), |e| {
-        matches!(e, Event::Elected { .. })
-    })
-    .await;
-    deployment.check(elected.is_some(), "not elected");
+    let elected = campaign(&a, Duration::from_secs(5)).await;
+    deployment.check(elected, "not elected");
     // Swap the roles behind the sentinels' back, without disconnecting
     // clients (Sentinel would): the leader's connection now leads to a
     // replica, where every renewal is refused with READONLY.
@@ -366,7 +340,7 @@ async fn a_demoted_master_is_never_renewed_on() {
         .await
         .unwrap();
     let demoted = Instant::now();
-    let lost = event(&mut events, TTL * 3, |e| matches!(e, Event::Lost { .. })).await;
+    let lost = next_event(&mut events, TTL * 3, |e| matches!(e, Event::Lost { .. })).await;
     let renewed_after_demotion = lost.is_none();
     // Put the roles back before the sentinels step in.
     deployment
@@ -401,7 +375,7 @@ async fn a_demoted_master_is_never_renewed_on() {
     // changed), no renewal was counted after the demotion: the loss above
     // came within the bound.
     // And it leads again once the master is back.
-    let again = event(&mut events, Duration::from_secs(10), |e| {
+    let again = next_event(&mut events, Duration::from_secs(10), |e| {
         matches!(e, Event::Elected { .. })
     })
     .await;
@@ -413,7 +387,7 @@ async fn a_demoted_master_is_never_renewed_on() {
 async fn acl_user_and_passwords_through_sentinel() {
     let deployment = RedisSentinel::builder()
         .password("node-pw")
-        .acl_user("leader-app", "app-pw", MASTER_RULES)
+        .acl_user("leader-app", "app-pw", &master_rules())
         .sentinel_password("sentinel-pw")
         .start()
         .await
@@ -424,27 +398,13 @@ async fn acl_user_and_passwords_through_sentinel() {
         .map(|s| format!("redis://:sentinel-pw@127.0.0.1:{}", s.port()))
         .collect();
     let build = |id: &str, master_pw: &str| {
-        Runtime::new(
-            Config::builder()
-                .redis_sentinel(deployment.master_name(), urls.clone())
-                .sentinel_master_auth("leader-app", master_pw)
-                .ttl(TTL)
-                .renew_interval(RENEW)
-                .retry_interval(RETRY)
-                .instance_id(id)
-                .build()
-                .unwrap(),
-        )
-        .unwrap()
+        let config = support::config(id).retry_interval(RETRY);
+        let config = config.redis_sentinel(deployment.master_name(), urls.clone());
+        runtime(config.sentinel_master_auth("leader-app", master_pw))
     };
     let a = build("a", "app-pw");
-    let mut events = a.subscribe();
-    a.is_leader(G);
-    let elected = event(&mut events, Duration::from_secs(5), |e| {
-        matches!(e, Event::Elected { .. })
-    })
-    .await;
-    deployment.check(elected.is_some(), "not elected with ACL credentials");
+    let elected = campaign(&a, Duration::from_secs(5)).await;
+    deployment.check(elected, "not elected with ACL credentials");
     // The lease was written by the ACL user, on the master.
     assert_eq!(lease_holder(&deployment, 0).await.as_deref(), Some("a"));
 
@@ -484,7 +444,7 @@ async fn a_wrong_master_name_fails_with_a_clear_error() {
         "{text}"
     );
     assert!(!rt.is_leader(G));
-    let reported = event(
+    let reported = next_event(
         &mut events,
         Duration::from_secs(5),
         |e| matches!(e, Event::BackendError { message, .. } if message.contains("no-such-master")),
@@ -571,16 +531,8 @@ async fn tls_to_the_sentinels_and_the_master() {
         Runtime::new(builder.build().unwrap()).unwrap()
     };
     let a = build("a", Some(files.ca_pem().unwrap()));
-    let mut events = a.subscribe();
-    a.is_leader(G);
-    let elected = event(&mut events, Duration::from_secs(10), |e| {
-        matches!(e, Event::Elected { .. })
-    })
-    .await;
-    deployment.check(
-        elected.is_some(),
-        "not elected over TLS through the sentinels",
-    );
+    let elected = campaign(&a, Duration::from_secs(10)).await;
+    deployment.check(elected, "not elected over TLS through the sentinels");
     assert_eq!(lease_holder(&deployment, 0).await.as_deref(), Some("a"));
 
     // Without the CA the sentinels' certificates are not trusted.

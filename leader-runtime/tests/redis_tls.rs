@@ -8,8 +8,10 @@ use std::time::Duration;
 
 use leader_runtime::{Config, ConfigBuilder, Error, Event, Runtime};
 use leader_testkit::{free_port, RedisServer, TlsFiles};
-use tokio::sync::broadcast;
 use tokio::time::{timeout, Instant};
+
+mod support;
+use support::{config, elected, lead, runtime, G};
 
 // Generous: a TLS connect in a debug build loads and parses the system's
 // root certificates (the redis crate does so for every connection), which
@@ -20,7 +22,6 @@ const RENEW: Duration = Duration::from_millis(1000);
 const CALL_TIMEOUT: Duration = Duration::from_millis(1900);
 /// How long a refused instance is watched for a wrongful election.
 const WATCH: Duration = Duration::from_millis(1500);
-const G: &str = "jobs";
 
 struct TlsServer {
     server: RedisServer,
@@ -49,47 +50,13 @@ impl TlsServer {
     }
 
     fn builder(&self, url: &str, id: &str) -> ConfigBuilder {
-        Config::builder()
-            .redis_url(url)
-            .ttl(TTL)
-            .renew_interval(RENEW)
-            .call_timeout(CALL_TIMEOUT)
-            .retry_interval(Duration::from_millis(200))
-            .instance_id(id)
+        let config = config(id).redis_url(url).ttl(TTL).renew_interval(RENEW);
+        config.call_timeout(CALL_TIMEOUT)
     }
 
     fn instance(&self, id: &str) -> Runtime {
-        let config = self
-            .builder(&self.url(), id)
-            .tls_ca_certs(self.tls.ca_pem().unwrap())
-            .build()
-            .unwrap();
-        Runtime::new(config).unwrap()
-    }
-}
-
-async fn elected(rx: &mut broadcast::Receiver<Event>, limit: Duration) -> u64 {
-    timeout(limit, async {
-        loop {
-            if let Event::Elected { token, .. } = rx.recv().await.unwrap() {
-                return token;
-            }
-        }
-    })
-    .await
-    .expect("not elected in time")
-}
-
-async fn lead(rt: &Runtime) -> u64 {
-    let mut events = rt.subscribe();
-    let token = rt
-        .run_if_leader(G, || async {
-            leader_runtime::current_lease().unwrap().token()
-        })
-        .await;
-    match token {
-        Some(token) => token,
-        None => elected(&mut events, TTL * 3).await,
+        let ca = self.tls.ca_pem().unwrap();
+        runtime(self.builder(&self.url(), id).tls_ca_certs(ca))
     }
 }
 
@@ -120,7 +87,7 @@ async fn elects_and_hands_over_on_a_tls_server() {
     let a = s.instance("a");
     let b = s.instance("b");
     assert_eq!(a.leader_id(G).await.unwrap(), None);
-    let t1 = lead(&a).await;
+    let t1 = lead(&a, G, TTL * 3).await;
     assert!(b.run_if_leader(G, || async {}).await.is_none());
     assert_eq!(b.leader_id(G).await.unwrap().as_deref(), Some("a"));
     assert_eq!(
@@ -194,7 +161,7 @@ async fn a_server_that_verifies_clients_needs_the_client_certificate() {
         .build()
         .unwrap();
     let a = Runtime::new(config).unwrap();
-    lead(&a).await;
+    lead(&a, G, TTL * 3).await;
     assert_eq!(a.leader_id(G).await.unwrap().as_deref(), Some("a"));
     a.shutdown().await;
 }

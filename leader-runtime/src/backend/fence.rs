@@ -3,14 +3,15 @@
 //! `fence_<op>.lua` writes), and the same rule on the memory backend's keys.
 
 use std::collections::HashMap;
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use redis::{Script, Value};
 use tokio::time::Instant;
 
 use super::redis::Conn;
-use crate::fence::Reply;
+use super::{slot, Backend};
+use crate::names::GroupKeys;
 use crate::{Error, Result};
 
 /// The scripts of the built-in writes (their hashes are computed once).
@@ -56,6 +57,91 @@ pub(crate) fn user_script(body: &str) -> Script {
     text.push('\n');
     text.push_str(after);
     Script::new(&text)
+}
+
+/// Where the fenced writes of one group go: shared by its leaderships.
+pub(crate) struct Target {
+    pub(crate) backend: Backend,
+    pub(crate) prefix: Arc<str>,
+    /// The group's record key: its `token` is the high-water mark.
+    pub(crate) record: String,
+    /// The hash slot of the group's keys.
+    pub(crate) slot: u16,
+    pub(crate) timeout: Duration,
+}
+
+impl std::fmt::Debug for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Target")
+            .field("record", &self.record)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Target {
+    pub(crate) fn new(backend: Backend, prefix: &str, group: &str, timeout: Duration) -> Arc<Self> {
+        let record = GroupKeys::new(prefix, group).record;
+        Arc::new(Self {
+            backend,
+            prefix: Arc::from(prefix),
+            slot: slot(record.as_bytes()),
+            record,
+            timeout,
+        })
+    }
+}
+
+/// What a [`FencedScript`](crate::fence::FencedScript) returned, as Redis converts Lua values.
+///
+/// # Examples
+///
+/// ```
+/// use leader_runtime::fence::Reply;
+///
+/// let reply = Reply::Data(b"42".to_vec());
+/// assert_eq!(reply.as_bytes(), Some(&b"42"[..]));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Reply {
+    /// `nil` or `false`.
+    Nil,
+    /// A Lua number (truncated to an integer) or `true` (1).
+    Int(i64),
+    /// A Lua string.
+    Data(Vec<u8>),
+    /// A status such as `redis.status_reply('OK')`.
+    Status(String),
+    /// A Lua table (up to its first `nil`).
+    Array(Vec<Reply>),
+}
+
+impl Reply {
+    /// The bytes of a [`Reply::Data`] or [`Reply::Status`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use leader_runtime::fence::Reply;
+    ///
+    /// assert_eq!(Reply::Status("OK".into()).as_bytes(), Some(&b"OK"[..]));
+    /// assert_eq!(Reply::Nil.as_bytes(), None);
+    /// ```
+    pub fn as_bytes(&self) -> Option<&[u8]> {
+        match self {
+            Reply::Data(b) => Some(b),
+            Reply::Status(s) => Some(s.as_bytes()),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn int(&self) -> Option<i64> {
+        match self {
+            Reply::Int(n) => Some(*n),
+            Reply::Data(b) => std::str::from_utf8(b).ok()?.parse().ok(),
+            _ => None,
+        }
+    }
 }
 
 /// One fenced write.

@@ -397,22 +397,32 @@ async fn no_tick_runs_twice_after_the_data_was_flushed() {
     data_loss(MemoryBackend::flush).await;
 }
 
-#[tokio::test(start_paused = true)]
-async fn no_tick_runs_twice_after_a_restore_from_a_snapshot() {
-    // The snapshot was taken before a's runs; a keeps its lease through the
-    // restore (it is in the snapshot), renews, and hands over to b.
+/// The restore scenarios' start: `a` leads and runs a wide every-second
+/// job at t-1 and t, the data is snapshotted, `a` runs t+1 to t+3, then the
+/// snapshot is restored.
+struct Restored {
+    mem: MemoryBackend,
+    a: Runtime,
+    ran: Ran,
+    t: i64,
+    job_a: Arc<Shared>,
+}
+
+/// A job that catches up to a minute of missed ticks, with a wide tolerance.
+fn wide() -> JobBuilder {
+    every_second("tick")
+        .tolerance(Duration::from_secs(30))
+        .missed(Missed::All {
+            window: Duration::from_secs(60),
+        })
+}
+
+async fn restored_after_three_runs() -> Restored {
     let mem = MemoryBackend::new();
     let a = instance(&mem, "a");
     assert!(a.run_if_leader(G, || async {}).await.is_some());
     let ran = Ran::default();
     let t = base();
-    let wide = || {
-        every_second("tick")
-            .tolerance(Duration::from_secs(30))
-            .missed(Missed::All {
-                window: Duration::from_secs(60),
-            })
-    };
     let job_a = recording(wide(), &a, &ran, at(t - 1, 0));
     job_a.fire_at(at(t - 1, 100)).await;
     job_a.fire_at(at(t, 100)).await;
@@ -421,6 +431,26 @@ async fn no_tick_runs_twice_after_a_restore_from_a_snapshot() {
         job_a.fire_at(at(t + s, 100)).await;
     }
     mem.restore(&snapshot);
+    Restored {
+        mem,
+        a,
+        ran,
+        t,
+        job_a,
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn no_tick_runs_twice_after_a_restore_from_a_snapshot() {
+    // The snapshot was taken before a's runs; a keeps its lease through the
+    // restore (it is in the snapshot), renews, and hands over to b.
+    let Restored {
+        mem,
+        a,
+        ran,
+        t,
+        job_a,
+    } = restored_after_three_runs().await;
     // a's lease is in the snapshot, but the restored server vouches for no
     // record: a's next renew fails and a takes its own key back after a
     // one-ttl safe start. It goes on, and remembers what it ran.
@@ -448,26 +478,7 @@ async fn no_tick_runs_twice_after_a_restore_from_a_snapshot() {
 async fn no_tick_runs_twice_after_a_restore_and_a_handover() {
     // As above, but a hands over right after the restore, before it fired
     // again: b must not take a's lost claims for unclaimed ticks.
-    let mem = MemoryBackend::new();
-    let a = instance(&mem, "a");
-    assert!(a.run_if_leader(G, || async {}).await.is_some());
-    let ran = Ran::default();
-    let t = base();
-    let wide = || {
-        every_second("tick")
-            .tolerance(Duration::from_secs(30))
-            .missed(Missed::All {
-                window: Duration::from_secs(60),
-            })
-    };
-    let job_a = recording(wide(), &a, &ran, at(t - 1, 0));
-    job_a.fire_at(at(t - 1, 100)).await;
-    job_a.fire_at(at(t, 100)).await;
-    let snapshot = mem.snapshot();
-    for s in 1..4 {
-        job_a.fire_at(at(t + s, 100)).await;
-    }
-    mem.restore(&snapshot);
+    let Restored { mem, a, ran, t, .. } = restored_after_three_runs().await;
     tokio::time::sleep(Duration::from_millis(1100)).await;
     let b = instance(&mem, "b");
     let job_b = recording(wide(), &b, &ran, at(t, 0));

@@ -6,6 +6,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use tokio::sync::broadcast;
 use tokio::time::{sleep, Instant};
 
 use crate::test_support::{instance, next_transition, settle, G, RENEW, TTL};
@@ -80,24 +81,41 @@ async fn lead_and_renew(a: &Runtime) -> Instant {
         .unwrap()
 }
 
+/// Instance `id` on `mem`, its views watched.
+fn watched(mem: &MemoryBackend, id: &str) -> (Runtime, Views) {
+    let rt = instance(mem, id);
+    let views = Views::watch(&rt);
+    (rt, views)
+}
+
+/// Instance `id` joining on `mem`: watched, its events subscribed, its
+/// election started, and not leading at once.
+async fn newcomer(mem: &MemoryBackend, id: &str) -> (Runtime, Views, broadcast::Receiver<Event>) {
+    let (rt, views) = watched(mem, id);
+    let events = rt.subscribe();
+    assert_eq!(rt.run_if_leader(G, || async {}).await, None);
+    (rt, views, events)
+}
+
+/// The next transition of `events` is an `Elected`.
+async fn elected(events: &mut broadcast::Receiver<Event>) {
+    let Event::Elected { .. } = next_transition(events).await else {
+        panic!("expected Elected")
+    };
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_lost_lease_key_delays_a_newcomer_until_the_last_view_ended() {
     let mem = MemoryBackend::new();
-    let a = instance(&mem, "a");
-    let va = Views::watch(&a);
+    let (a, va) = watched(&mem, "a");
     let a_view_end = lead_and_renew(&a).await;
     // Evicted (or DEL'd) while a leads; an instance starting right now (a
     // rolling deploy) takes the lease at once...
     mem.lose_lease("leader", G);
-    let c = instance(&mem, "c");
-    let vc = Views::watch(&c);
-    let mut c_events = c.subscribe();
-    assert_eq!(c.run_if_leader(G, || async {}).await, None);
+    let (c, vc, mut c_events) = newcomer(&mem, "c").await;
     assert_eq!(c.leader_id(G).await.unwrap().as_deref(), Some("c"));
     // ...but its view begins only once a's has certainly ended.
-    let Event::Elected { .. } = next_transition(&mut c_events).await else {
-        panic!("expected Elected")
-    };
+    elected(&mut c_events).await;
     assert!(
         Instant::now() >= a_view_end,
         "c leads {:?} before a's view ends",
@@ -110,8 +128,7 @@ async fn a_lost_lease_key_delays_a_newcomer_until_the_last_view_ended() {
 #[tokio::test(start_paused = true)]
 async fn a_restored_snapshot_makes_the_next_view_wait_one_ttl() {
     let mem = MemoryBackend::new();
-    let a = instance(&mem, "a");
-    let va = Views::watch(&a);
+    let (a, va) = watched(&mem, "a");
     assert!(a.run_if_leader(G, || async {}).await.is_some());
     let snapshot = mem.snapshot();
     // a renews for longer than a ttl after the snapshot: the snapshot's lease
@@ -121,13 +138,8 @@ async fn a_restored_snapshot_makes_the_next_view_wait_one_ttl() {
     assert!(a.is_leader(G));
     mem.restore(&snapshot);
     let restored_at = Instant::now();
-    let c = instance(&mem, "c");
-    let vc = Views::watch(&c);
-    let mut c_events = c.subscribe();
-    assert_eq!(c.run_if_leader(G, || async {}).await, None);
-    let Event::Elected { .. } = next_transition(&mut c_events).await else {
-        panic!("expected Elected")
-    };
+    let (_c, vc, mut c_events) = newcomer(&mem, "c").await;
+    elected(&mut c_events).await;
     // The restored record vouches for nothing: one full ttl.
     assert!(Instant::now() >= restored_at + TTL);
     assert_disjoint(&[("a", &va), ("c", &vc)]);
@@ -136,21 +148,15 @@ async fn a_restored_snapshot_makes_the_next_view_wait_one_ttl() {
 #[tokio::test(start_paused = true)]
 async fn a_release_during_a_safe_start_still_waits_for_the_holder_before() {
     let mem = MemoryBackend::new();
-    let a = instance(&mem, "a");
-    let va = Views::watch(&a);
+    let (a, va) = watched(&mem, "a");
     let a_view_end = lead_and_renew(&a).await;
     mem.lose_lease("leader", G);
     // c takes the lease while a's view may still run, and steps down before
     // its own view began: the release must not clear the wait for a's.
-    let c = instance(&mem, "c");
-    let vc = Views::watch(&c);
-    assert_eq!(c.run_if_leader(G, || async {}).await, None);
+    let (c, vc, _) = newcomer(&mem, "c").await;
     let mut a_events = a.subscribe();
     c.step_down(G).await.unwrap();
-    let d = instance(&mem, "d");
-    let vd = Views::watch(&d);
-    let mut d_events = d.subscribe();
-    assert_eq!(d.run_if_leader(G, || async {}).await, None);
+    let (_d, vd, mut d_events) = newcomer(&mem, "d").await;
     // The next view, a's (it renews on c's release notice, finds the lease
     // gone and campaigns again) or d's, begins only after a's last one ended.
     loop {
@@ -175,9 +181,7 @@ async fn a_clean_handover_waits_for_nothing() {
     let mut b_events = b.subscribe();
     let stepped = Instant::now();
     a.step_down(G).await.unwrap();
-    let Event::Elected { .. } = next_transition(&mut b_events).await else {
-        panic!("expected Elected")
-    };
+    elected(&mut b_events).await;
     assert_eq!(
         Instant::now(),
         stepped,
@@ -188,8 +192,7 @@ async fn a_clean_handover_waits_for_nothing() {
 #[tokio::test(start_paused = true)]
 async fn a_renew_on_a_restored_record_fails_and_the_holder_starts_safe() {
     let mem = MemoryBackend::new();
-    let a = instance(&mem, "a");
-    let va = Views::watch(&a);
+    let (a, va) = watched(&mem, "a");
     assert!(a.run_if_leader(G, || async {}).await.is_some());
     let mut a_events = a.subscribe();
     // A copy taken while a leads, served by a new process right away: a's
@@ -204,9 +207,7 @@ async fn a_renew_on_a_restored_record_fails_and_the_holder_starts_safe() {
     };
     assert!(Instant::now() - restored_at <= RENEW);
     // a re-claims its own key, with a one-ttl safe start.
-    let Event::Elected { .. } = next_transition(&mut a_events).await else {
-        panic!("expected Elected")
-    };
+    elected(&mut a_events).await;
     assert!(Instant::now() >= restored_at + TTL);
     assert_eq!(va.get().len(), 2);
 }

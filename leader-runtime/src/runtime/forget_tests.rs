@@ -1,42 +1,12 @@
-//! What a group keeps is bounded: ended leaderships kept for a body that
-//! never returns, and groups named at run time (forgotten on request).
+//! `Runtime::forget`: groups named at run time are dropped on request, after
+//! a hand-over.
 
 use std::time::Duration;
 
 use tokio::time::{sleep, Instant};
 
-use crate::test_support::{instance, next_transition, settle, G, TTL};
+use crate::test_support::{instance, next_transition, G, TTL};
 use crate::{Event, MemoryBackend};
-
-#[tokio::test(start_paused = true)]
-async fn a_body_that_never_returns_keeps_a_bounded_number_of_ended_leaderships() {
-    let mem = MemoryBackend::new();
-    let a = instance(&mem, "a");
-    assert!(a.run_if_leader(G, || async {}).await.is_some());
-    // A body admitted now that never returns.
-    let stuck = a.clone();
-    tokio::spawn(async move { stuck.run_if_leader(G, std::future::pending::<()>).await });
-    settle().await;
-    let group = a.registered(G).unwrap();
-    assert_eq!(group.runs.in_flight(), 1);
-    let mut events = a.subscribe();
-    // 100 leaderships: step down (the drain gives up at the view's end),
-    // then lead again alone after the cooldown.
-    for _ in 0..100 {
-        a.step_down(G).await.unwrap();
-        loop {
-            if let Event::Elected { .. } = next_transition(&mut events).await {
-                break;
-            }
-        }
-    }
-    assert_eq!(group.runs.in_flight(), 1);
-    assert!(
-        group.view.retired_len() <= 64,
-        "{}",
-        group.view.retired_len()
-    );
-}
 
 #[tokio::test(start_paused = true)]
 async fn forgetting_a_group_hands_over_and_ends_its_election() {
