@@ -102,10 +102,11 @@ pub(crate) fn release_channel(prefix: &str) -> String {
     format!("{prefix}:released")
 }
 
-/// The sorted set of live instances, for balanced leadership (one hash slot:
-/// the prefix's).
+/// The sorted set of live instances, for balanced leadership: under the
+/// prefix like every key of the runtime, so the documented ACL key pattern
+/// (`~leader:*`) covers it.
 pub(crate) fn members_key(prefix: &str) -> String {
-    format!("{{{prefix}}}:members")
+    format!("{prefix}:members")
 }
 
 /// A release notice's payload: `"<group> <instance id>"` (group names have no spaces).

@@ -72,12 +72,12 @@ async fn instances_lead_their_shares_and_a_leavers_groups_move() {
     // First elections wait one ttl; then the shares settle within a few
     // membership rounds.
     settle(&[&a, &b, &c], &[10, 10, 10], TTL * 8, &server).await;
-    let members = server.cmd(&["ZCARD", "{leader}:members"]).await.unwrap();
+    let members = server.cmd(&["ZCARD", "leader:members"]).await.unwrap();
     assert_eq!(members, Reply::Integer(3));
     c.shutdown().await;
     // 30 over 2: 15 each, after c's release notices and the next rounds.
     settle(&[&a, &b], &[15, 15], TTL * 8, &server).await;
-    let members = server.cmd(&["ZCARD", "{leader}:members"]).await.unwrap();
+    let members = server.cmd(&["ZCARD", "leader:members"]).await.unwrap();
     assert_eq!(members, Reply::Integer(2));
     a.shutdown().await;
     b.shutdown().await;
