@@ -6,10 +6,10 @@
 //! once per `renew_interval` (one call) and leaves on shutdown, before its
 //! groups release (so the others, asking for a fresh round on the release
 //! notices, take them at once). A crashed instance no longer counts once it
-//! missed a refresh (`renew_interval` + `call_timeout` after its last one),
-//! before its leases expire: the groups it led are taken by instances that
-//! already count without it, with no hand-over churn while its entry waits
-//! for its expiry (`ttl`). The instances sorted by id
+//! missed a refresh (`renew_interval` + `call_timeout` after its last one;
+//! with the default timings, before its leases expire): the groups it led
+//! are taken by instances that count without it, with no hand-over churn
+//! while its entry waits for its expiry (`ttl`). The instances sorted by id
 //! take the shares in turn: the first `G mod N` lead ⌈G/N⌉, the others ⌊G/N⌋,
 //! so the shares add up to G and every instance computes the same ones.
 //!
@@ -17,10 +17,11 @@
 //! weakens safety: a leader over its share hands one group over as
 //! `step_down` does (drain the gated runs, end the view, release; then stay
 //! out of that group's race for one `ttl`), at most [`MOVES_PER_ROUND`] per
-//! membership round; a follower at or over its share lets a released group
+//! `renew_interval`; a follower at or over its share lets a released group
 //! go to an instance below its share first ([`SHARE_GRACE`]). Expiries
 //! (crashes) are taken by whoever comes first, and the next rounds even the
-//! shares out. Every instance must join the same groups.
+//! shares out. Every instance must join the same groups and use the same
+//! `ttl` (freshness is read from the entries' expiry).
 //!
 //! [`ConfigBuilder::balance_leadership`]: crate::ConfigBuilder::balance_leadership
 
@@ -36,7 +37,9 @@ use crate::backend::{within, Backend};
 pub(crate) const MOVES_PER_ROUND: usize = 100;
 
 /// After a release notice, a follower at or over its share waits this long
-/// before trying, so that an instance below its share takes the group.
+/// before trying, so that an instance below its share takes the group — at
+/// most: it asks for a membership round, and one that puts it below its
+/// share (the releaser left) ends the wait.
 pub(crate) const SHARE_GRACE: Duration = Duration::from_millis(50);
 
 /// What one runtime knows of the balance.
