@@ -24,6 +24,10 @@
 //! CPU (utime + stime of `/proc/self/stat`) and RSS (`/proc/self/status`) of
 //! the instance over `--secs`, and the renew script calls per renew tick
 //! from `INFO commandstats`.
+//!
+//! `rebalance`: two balanced instance processes; `i0` leads every group
+//! alone, `i1` joins (the time until it leads its share), then `i1` stops
+//! cleanly (the time until `i0` leads its groups again).
 
 mod common;
 
@@ -512,7 +516,7 @@ async fn rebalance(args: &[String]) {
         ttl,
         renew,
         print_renewals: false,
-        print_elected: i > 0,
+        print_elected: true,
         unbatched: false,
         balance: true,
     };
@@ -544,6 +548,33 @@ async fn rebalance(args: &[String]) {
         at(half / 2),
         at(half)
     );
+    // i1 stops cleanly: it leaves the membership, then releases its share;
+    // i0 (at its old share) asks for a membership round on the notices and
+    // takes them at once.
+    let t1 = monotonic_now_ns();
     stop(second).await;
+    let mut back = Vec::new();
+    let deadline = tokio::time::Instant::now() + ttl * 2;
+    while back.len() < half && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        back = first
+            .stdout()
+            .snapshot()
+            .iter()
+            .filter(|l| l.starts_with("elected ") && ns_of(l) > t1)
+            .map(|l| (ns_of(l) - t1) as f64 / 1e6)
+            .collect();
+    }
+    back.sort_by(f64::total_cmp);
+    let at = |n: usize| back.get(n.saturating_sub(1)).copied().unwrap_or(f64::NAN);
+    println!(
+        "i1 stopped cleanly: i0 led {} of its {half} groups again; first after {:.1} ms, {} after {:.1} ms, all after {:.1} ms \
+         (from the stop command; the share grace it no longer waits is 50 ms)",
+        back.len(),
+        at(1),
+        half / 2,
+        at(half / 2),
+        at(half),
+    );
     stop(first).await;
 }

@@ -23,12 +23,22 @@ use support::{ms, SERIAL};
 /// the faults that need it), settle it, inject `fault`, settle again, stop
 /// every process and check safety and fencing.
 async fn scenario(fault: Fault) {
+    scenario_with(fault, false).await;
+}
+
+/// As [`scenario`]; `balanced`: with balanced leadership whatever the
+/// environment says (`LEADER_BALANCE=1` runs every scenario balanced).
+async fn scenario_with(fault: Fault, balanced: bool) {
     let _serial = SERIAL.lock().await;
-    let cfg = if fault.applies(false) {
+    let mut cfg = if fault.applies(false) {
         FleetConfig::new().proxied()
     } else {
         sentinel_fleet(ms(2000))
     };
+    if balanced {
+        cfg = cfg.env("LEADER_BALANCE", "1");
+        cfg.balanced = true;
+    }
     let mut fleet = Fleet::start(cfg.with_store()).await;
     let leader = fleet
         .settle(ms(10_000))
@@ -82,6 +92,22 @@ async fn sigterm_leader() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigstop_leader_for_two_ttl() {
     scenario(Fault::SigstopLeader).await;
+}
+
+/// Balanced leadership (by default, a short run; `LEADER_BALANCE=1` runs
+/// the whole suite balanced): a crashed leader's group is taken within the
+/// bound, and its restarted process (first by id again) gets it back by a
+/// hand-over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn balanced_kill9_leader() {
+    scenario_with(Fault::Kill9Leader, true).await;
+}
+
+/// Balanced: a leader stopped for two ttl, resumed, takes its group back by
+/// a hand-over from the leader that took it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn balanced_sigstop_leader_for_two_ttl() {
+    scenario_with(Fault::SigstopLeader, true).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

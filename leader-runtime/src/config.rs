@@ -382,19 +382,24 @@ impl ConfigBuilder {
     /// Balance leadership across the live instances (default off): with N
     /// instances campaigning in the same G groups, each leads ⌊G/N⌋ or ⌈G/N⌉
     /// of them once membership settles. Membership is a sorted set
-    /// `{prefix}:members` in the backend, refreshed every `renew_interval`
-    /// (a crashed instance drops out after `ttl`). A leader over its share
+    /// `{prefix}:members` in the backend, refreshed every `renew_interval`;
+    /// an instance that missed a refresh (`renew_interval` + `call_timeout`
+    /// without one: it crashed) no longer counts, and its entry expires
+    /// after `ttl`. A leader over its share
     /// hands groups over the way [`Runtime::step_down`](crate::Runtime::step_down)
     /// does — drain, end the view, release, then stay out of that group's
     /// race for one `ttl` — at most 100 per `renew_interval`; a follower at
     /// its share lets an instance below its share take a released group
-    /// first (it waits 50 ms). A joining instance takes its share within a
-    /// few renew intervals; the groups of one that stops cleanly move within
-    /// about 50 ms (its release notices), those of one that crashes within
-    /// `ttl`. Every instance should campaign in the same groups. An ACL user
-    /// needs `+zadd +zrem +zremrangebyscore +zrange` besides the rules of
-    /// [`redis_url`](Self::redis_url) (without them the membership refresh
-    /// fails, is logged, and every instance keeps what it leads).
+    /// first (it asks for a fresh membership round and waits for it, at
+    /// most 50 ms). A joining instance takes its share within a few renew
+    /// intervals; one that stops cleanly leaves the membership before it
+    /// releases, so its groups move within about two round trips (its
+    /// release notices, a membership round), those of one that crashes
+    /// within `ttl`. Every instance should campaign in the same groups and
+    /// use the same `ttl`. An ACL user needs `+zadd +zrem +zremrangebyscore
+    /// +zrangebyscore` besides the rules of [`redis_url`](Self::redis_url)
+    /// (without them the membership refresh fails, is logged, and every
+    /// instance keeps what it leads).
     ///
     /// # Examples
     ///

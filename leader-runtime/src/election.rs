@@ -144,8 +144,10 @@ impl Election {
                 && self.ctx.balance.as_ref().is_some_and(|b| b.at_share())
             {
                 // Balanced: at our share already, let an instance below its
-                // share take the released lease first.
-                if !self.wait(Instant::now() + SHARE_GRACE, false).await {
+                // share take the released lease first — unless a fresh
+                // membership round says we are below ours now (a clean
+                // leaver leaves before it releases).
+                if !self.share_grace(Instant::now() + SHARE_GRACE).await {
                     return None;
                 }
                 self.noticed = false;
@@ -241,6 +243,30 @@ impl Election {
                 }
                 _ = self.group.control.requested.notified(), if requests => return true,
                 _ = sleep_until(deadline) => return true,
+            }
+        }
+    }
+
+    /// The share grace: [`Self::wait`] until `deadline`, ended sooner by a
+    /// membership round (asked for now) that puts this instance below its
+    /// share.
+    async fn share_grace(&mut self, deadline: Instant) -> bool {
+        let Some(b) = self.ctx.balance.clone() else {
+            return true;
+        };
+        let mut ask = true;
+        loop {
+            // Created before the ask: a round that comes at once still wakes it.
+            let round = b.round.notified();
+            if std::mem::take(&mut ask) {
+                b.ask_round();
+            }
+            tokio::select! {
+                biased;
+                go_on = self.wait(deadline, false) => return go_on,
+                _ = round => if !b.at_share() {
+                    return true;
+                },
             }
         }
     }
@@ -603,6 +629,11 @@ impl Election {
             tracing::warn!("gated runs still in flight when the view ended; releasing anyway");
         }
         self.end(tenure, reason, "handing over");
+        if let (LostReason::Shutdown, Some(b)) = (reason, &self.ctx.balance) {
+            // Balanced: leave the membership first, so the others' next
+            // round (which a release notice asks for) counts without us.
+            b.until_left(self.ctx.config.call_timeout).await;
+        }
         let result = self
             .call(
                 self.ctx.config.call_timeout,

@@ -83,9 +83,14 @@ pub(crate) const RESERVED_NAMES: [&str; 4] = ["lease", "token", "paused", "resul
 pub(crate) const RESERVED_PREFIXES: [&str; 2] = ["cron:", "cron-history:"];
 
 /// Whether `key` is one the runtime keeps for a group under `prefix`
-/// (`{prefix}:{<any group>}:<reserved name>`): user code writing it would
-/// pause a group, corrupt its record, or break `leader status`.
+/// (`{prefix}:{<any group>}:<reserved name>`), or the membership set
+/// (`{prefix}:members`): user code writing it would pause a group, corrupt
+/// its record or the balance, or break `leader status`.
 pub(crate) fn reserved_key(prefix: &str, key: &str) -> bool {
+    // And the fleet's membership (balanced leadership).
+    if key == members_key(prefix) {
+        return true;
+    }
     let Some(rest) = key
         .strip_prefix(prefix)
         .and_then(|k| k.strip_prefix(":{"))
@@ -102,10 +107,11 @@ pub(crate) fn release_channel(prefix: &str) -> String {
     format!("{prefix}:released")
 }
 
-/// The sorted set of live instances, for balanced leadership (one hash slot:
-/// the prefix's).
+/// The sorted set of live instances, for balanced leadership: under the
+/// prefix like every key of the runtime, so the documented ACL key pattern
+/// (`~leader:*`) covers it.
 pub(crate) fn members_key(prefix: &str) -> String {
-    format!("{{{prefix}}}:members")
+    format!("{prefix}:members")
 }
 
 /// A release notice's payload: `"<group> <instance id>"` (group names have no spaces).
@@ -219,6 +225,7 @@ mod tests {
         for key in [
             "leader:{jobs}:cron:purge",
             "leader:{jobs}:cron-history:purge",
+            "leader:members",
         ] {
             assert!(reserved_key("leader", key), "{key}");
         }
@@ -229,6 +236,8 @@ mod tests {
             "other:{jobs}:lease",
             "leader:jobs:lease",
             "{jobs}:lease",
+            "other:members",
+            "leader:{jobs}:members",
         ] {
             assert!(!reserved_key("leader", key), "{key}");
         }

@@ -241,3 +241,99 @@ async fn a_user_without_the_control_channel_still_elects_and_sees_pauses_at_rene
     a.shutdown().await;
     b.shutdown().await;
 }
+
+/// The rules DEPLOYING.md adds for balanced leadership (`members.lua`).
+const BALANCE_RULES: &str = " +zadd +zrem +zremrangebyscore +zrangebyscore";
+
+fn balanced(url: &str, id: &str) -> Runtime {
+    Runtime::new(
+        Config::builder()
+            .redis_url(url)
+            .ttl(TTL)
+            .renew_interval(RENEW)
+            .retry_interval(Duration::from_millis(200))
+            .instance_id(id)
+            .balance_leadership(true)
+            .build()
+            .unwrap(),
+    )
+    .unwrap()
+}
+
+const GROUPS: [&str; 4] = ["g0", "g1", "g2", "g3"];
+
+fn led(rt: &Runtime) -> usize {
+    GROUPS.iter().filter(|g| rt.is_leader(g)).count()
+}
+
+/// Leads of `a` and `b` once `limit` passed or they lead `want`, checking
+/// every 5 ms that no group has two leaders.
+async fn shares_within(
+    a: &Runtime,
+    b: &Runtime,
+    want: (usize, usize),
+    limit: Duration,
+) -> (usize, usize) {
+    let end = Instant::now() + limit;
+    loop {
+        let same = std::ptr::eq(a, b);
+        for g in GROUPS {
+            assert!(
+                same || !(a.is_leader(g) && b.is_leader(g)),
+                "{g} has two leaders"
+            );
+        }
+        let now = (led(a), led(b));
+        if now == want || Instant::now() >= end {
+            return now;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Two balanced instances whose ACL user has `rules`: `a` campaigns first,
+/// then `b`; what they lead after a few renew intervals.
+async fn balanced_shares(rules: &str) -> (usize, usize) {
+    let server = RedisServer::builder()
+        .password("admin-pw")
+        .acl_user("app", PASSWORD, rules)
+        .start()
+        .await
+        .unwrap();
+    let url = url(&server, PASSWORD);
+    let a = balanced(&url, "a");
+    for g in GROUPS {
+        let _ = a.run_if_leader(g, || async {}).await;
+    }
+    assert_eq!(shares_within(&a, &a, (4, 4), TTL * 3).await.0, 4);
+    let b = balanced(&url, "b");
+    for g in GROUPS {
+        let _ = b.run_if_leader(g, || async {}).await;
+    }
+    let shares = shares_within(&a, &b, (2, 2), RENEW * 10).await;
+    if shares == (2, 2) {
+        // A clean leaver's groups come back at once.
+        b.shutdown().await;
+        assert_eq!(
+            shares_within(&a, &b, (4, 0), RENEW).await,
+            (4, 0),
+            "{}",
+            server.report()
+        );
+    }
+    a.shutdown().await;
+    shares
+}
+
+#[tokio::test]
+async fn the_documented_acl_user_balances_leadership() {
+    assert_eq!(
+        balanced_shares(&format!("{RULES}{BALANCE_RULES}")).await,
+        (2, 2)
+    );
+}
+
+#[tokio::test]
+async fn without_the_sorted_set_rules_each_instance_keeps_what_it_leads() {
+    assert_eq!(balanced_shares(RULES).await, (4, 0));
+}

@@ -72,13 +72,60 @@ async fn instances_lead_their_shares_and_a_leavers_groups_move() {
     // First elections wait one ttl; then the shares settle within a few
     // membership rounds.
     settle(&[&a, &b, &c], &[10, 10, 10], TTL * 8, &server).await;
-    let members = server.cmd(&["ZCARD", "{leader}:members"]).await.unwrap();
+    let members = server.cmd(&["ZCARD", "leader:members"]).await.unwrap();
     assert_eq!(members, Reply::Integer(3));
     c.shutdown().await;
     // 30 over 2: 15 each, after c's release notices and the next rounds.
     settle(&[&a, &b], &[15, 15], TTL * 8, &server).await;
-    let members = server.cmd(&["ZCARD", "{leader}:members"]).await.unwrap();
+    let members = server.cmd(&["ZCARD", "leader:members"]).await.unwrap();
     assert_eq!(members, Reply::Integer(2));
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+/// A member that stopped refreshing (crashed) but whose entry has not
+/// expired yet does not count: `members.lua` lists only the members that
+/// refreshed within `renew_interval` + `call_timeout` (here 300 + 600 ms).
+#[tokio::test]
+async fn a_member_that_missed_its_refresh_does_not_count() {
+    let server = RedisServer::start().await.unwrap();
+    // "0" (first by id) refreshed 1.3 s ago by its score, again and again:
+    // an entry that is there but stale.
+    let mut conn = server.connect().await.unwrap();
+    let stale = {
+        tokio::spawn(async move {
+            loop {
+                let now = match conn.cmd(&["TIME"]).await {
+                    Ok(Reply::Array(t)) => match &t[..] {
+                        [Reply::Bulk(s), Reply::Bulk(us)] => {
+                            s.parse::<u64>().unwrap() * 1000 + us.parse::<u64>().unwrap() / 1000
+                        }
+                        other => panic!("TIME: {other:?}"),
+                    },
+                    other => panic!("TIME: {other:?}"),
+                };
+                let score = (now + 200).to_string();
+                conn.cmd(&["ZADD", "leader:members", &score, "0"])
+                    .await
+                    .unwrap();
+                sleep(Duration::from_millis(50)).await;
+            }
+        })
+    };
+    let (a, b) = (balanced(&server, "a"), balanced(&server, "b"));
+    for rt in [&a, &b] {
+        for g in names() {
+            rt.is_leader(&g);
+        }
+    }
+    // Counted, it would take a third of the groups (10, 10, 10).
+    settle(&[&a, &b], &[15, 15], TTL * 8, &server).await;
+    let entry = server
+        .cmd(&["ZSCORE", "leader:members", "0"])
+        .await
+        .unwrap();
+    assert!(matches!(entry, Reply::Bulk(_)), "{entry:?}");
+    stale.abort();
     a.shutdown().await;
     b.shutdown().await;
 }

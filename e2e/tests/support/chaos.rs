@@ -341,9 +341,13 @@ pub async fn inject(
             if reason != "expired" && reason != "superseded" {
                 return Err(format!("resumed leader lost with reason {reason}"));
             }
-            keeps_leading(fleet, new, resumed, 2).await?;
-            if elected_since(fleet, leader, resumed) {
-                return Err("the resumed leader was elected again while another led".into());
+            if cfg.balanced {
+                hands_back(fleet, leader, resumed).await?;
+            } else {
+                keeps_leading(fleet, new, resumed, 2).await?;
+                if elected_since(fleet, leader, resumed) {
+                    return Err("the resumed leader was elected again while another led".into());
+                }
             }
         }
         Fault::BlackholeLeader => {
@@ -362,9 +366,13 @@ pub async fn inject(
             sleep_until_ns(after(t, 3 * ttl)).await;
             fleet.proxies[leader].pass();
             let healed = monotonic_now_ns();
-            keeps_leading(fleet, new, healed, 2).await?;
-            if elected_since(fleet, leader, t) {
-                return Err("the partitioned leader was elected again".into());
+            if cfg.balanced {
+                hands_back(fleet, leader, healed).await?;
+            } else {
+                keeps_leading(fleet, new, healed, 2).await?;
+                if elected_since(fleet, leader, t) {
+                    return Err("the partitioned leader was elected again".into());
+                }
             }
         }
         Fault::BlackholeFollower => {
@@ -1142,6 +1150,50 @@ async fn keeps_leading(
         from = i + 1;
     }
     Ok(())
+}
+
+/// Balanced: the leader in `slot`, back from a fault at `since`, is first
+/// by id again, so its group comes back to it — by hand-overs only: every
+/// leadership of the others that ends after `since` ends `stepped_down`,
+/// the last one within the SIGTERM bound before `slot` is elected, and
+/// `slot` then keeps leading. (The checker sees to it that no two overlap.)
+async fn hands_back(fleet: &Fleet, slot: usize, since: u64) -> Result<(), String> {
+    let member = fleet.member(slot);
+    let from = super::fleet::index_after(&member.lines(), since);
+    let (_, elected) = member
+        .wait_line(from, |l| matches!(l, Line::Elected { .. }), PATIENCE)
+        .await
+        .map_err(|e| format!("{} did not lead again: {e}", member.name))?;
+    let Line::Elected { at: elected_at, .. } = elected else {
+        unreachable!()
+    };
+    let mut last_handover = None;
+    for other in fleet.live_slots().into_iter().filter(|s| *s != slot) {
+        for line in fleet.member(other).lines() {
+            if let Some(Line::Lost { reason, at, .. }) = super::checker::parse_line(&line) {
+                if at < since || at > elected_at {
+                    continue;
+                }
+                if reason != "stepped_down" {
+                    return Err(format!(
+                        "{} lost its lease ({reason}) while handing the group back",
+                        fleet.member(other).name
+                    ));
+                }
+                last_handover = last_handover.max(Some(at));
+            }
+        }
+    }
+    let handover = last_handover.ok_or("no hand-over before the group came back")?;
+    let bound = Fault::SigtermLeader.bound(fleet).expect("a bound");
+    if dur(elected_at - handover) > bound {
+        return Err(format!(
+            "{} led again {:.1} ms after the hand-over, bound {bound:?}",
+            member.name,
+            ns_to_ms(elected_at - handover)
+        ));
+    }
+    keeps_leading(fleet, slot, elected_at, 2).await
 }
 
 /// Error if the process in `slot` logged a loss at or after `t`.

@@ -32,6 +32,11 @@ pub struct FleetConfig {
     /// Elect on a Sentinel deployment (a primary, a replica, three
     /// sentinels) instead of one server; not with `proxied`.
     pub sentinel: bool,
+    /// Balanced leadership (`LEADER_BALANCE=1` in the test's environment,
+    /// which the instances inherit): the settled leader is the live
+    /// instance first by name, and a leader that comes back from a fault
+    /// takes its group back by a hand-over.
+    pub balanced: bool,
     pub env: Vec<(String, String)>,
 }
 
@@ -61,6 +66,7 @@ impl FleetConfig {
             proxied: false,
             store: false,
             sentinel: false,
+            balanced: std::env::var("LEADER_BALANCE").as_deref() == Ok("1"),
             env: Vec::new(),
         }
     }
@@ -449,8 +455,18 @@ impl Fleet {
             .unwrap_or(0)
     }
 
+    /// The slot whose process leads once a balanced fleet settled: with one
+    /// group, the live instance first by id (`i<slot>-<generation>`).
+    pub fn balanced_slot(&self) -> Option<usize> {
+        self.live_slots()
+            .into_iter()
+            .min_by_key(|slot| self.member(*slot).name.clone())
+    }
+
     /// Waits until the group has a leader that ran the gated body at least
-    /// once in its current leadership; returns its slot.
+    /// once in its current leadership (balanced: the
+    /// [`balanced_slot`](Self::balanced_slot), after the hand-overs that
+    /// take it there); returns its slot.
     pub async fn settle(&self, timeout: Duration) -> io::Result<usize> {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
@@ -459,7 +475,8 @@ impl Fleet {
             // elected in between is then either seen as leader or awaited.
             let now = monotonic_now_ns();
             let max = self.max_token();
-            if let Some(slot) = self.leader_slot() {
+            let settled = |slot| !self.cfg.balanced || self.balanced_slot() == Some(slot);
+            if let Some(slot) = self.leader_slot().filter(|s| settled(*s)) {
                 let token = self.token_of(slot).expect("a leader has a token");
                 let member = self.member(slot);
                 let lines = member.lines();

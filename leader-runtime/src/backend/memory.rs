@@ -395,8 +395,14 @@ impl MemoryBackend {
     }
 
     /// Refresh `id`'s membership at `key` for `ttl` (`None`: leave), and
-    /// list the live members (`members.lua`).
-    pub(super) fn members(&self, key: &str, id: &str, ttl: Option<Duration>) -> Vec<String> {
+    /// list the members refreshed within `fresh` (`members.lua`).
+    pub(super) fn members(
+        &self,
+        key: &str,
+        id: &str,
+        ttl: Option<Duration>,
+        fresh: Duration,
+    ) -> Vec<String> {
         let mut all = self
             .inner
             .members
@@ -409,7 +415,12 @@ impl MemoryBackend {
             None => set.remove(id),
         };
         set.retain(|_, until| *until > now);
-        set.keys().cloned().collect()
+        // Refreshed within `fresh`: it expires later than `ttl - fresh` from now.
+        let live_after = now + ttl.unwrap_or_default().saturating_sub(fresh);
+        set.iter()
+            .filter(|(_, until)| **until > live_after)
+            .map(|(id, _)| id.clone())
+            .collect()
     }
 
     /// The attempts of `groups` for `id`, as one call.

@@ -196,20 +196,27 @@ impl Backend {
     }
 
     /// Refresh `id`'s membership at `key` for `ttl` and list the live
-    /// members (balanced leadership: `members.lua`).
-    pub(crate) async fn members(&self, key: &str, id: &str, ttl: Duration) -> Result<Vec<String>> {
+    /// members: those refreshed within `fresh` (balanced leadership:
+    /// `members.lua`).
+    pub(crate) async fn members(
+        &self,
+        key: &str,
+        id: &str,
+        ttl: Duration,
+        fresh: Duration,
+    ) -> Result<Vec<String>> {
         match self {
-            Backend::Redis(b) => b.members(key, id, Some(ttl)).await,
-            Backend::Memory(b) => Ok(b.members(key, id, Some(ttl))),
+            Backend::Redis(b) => b.members(key, id, Some(ttl), fresh).await,
+            Backend::Memory(b) => Ok(b.members(key, id, Some(ttl), fresh)),
         }
     }
 
     /// End `id`'s membership at `key`.
     pub(crate) async fn leave(&self, key: &str, id: &str) -> Result<()> {
         match self {
-            Backend::Redis(b) => b.members(key, id, None).await.map(drop),
+            Backend::Redis(b) => b.members(key, id, None, Duration::ZERO).await.map(drop),
             Backend::Memory(b) => {
-                b.members(key, id, None);
+                b.members(key, id, None, Duration::ZERO);
                 Ok(())
             }
         }

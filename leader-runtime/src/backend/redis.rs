@@ -502,12 +502,13 @@ impl RedisBackend {
     }
 
     /// Refresh `id`'s membership at `key` for `ttl` (`None`: leave), and
-    /// list the live members.
+    /// list the members refreshed within `fresh`.
     pub(super) async fn members(
         &self,
         key: &str,
         id: &str,
         ttl: Option<Duration>,
+        fresh: Duration,
     ) -> Result<Vec<String>> {
         let reply: Value = self
             .scripts
@@ -515,6 +516,7 @@ impl RedisBackend {
             .key(key)
             .arg(id)
             .arg(ttl.map_or(0, millis))
+            .arg(millis(fresh))
             .invoke_async(&mut self.conn.clone())
             .await
             .map_err(|e| backend_err("members", &e))?;

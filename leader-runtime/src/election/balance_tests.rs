@@ -1,13 +1,18 @@
 //! Balanced leadership on the in-memory backend with paused time: shares of
 //! ⌊G/N⌋ or ⌈G/N⌉ once membership settles, a joiner takes its share, a
-//! clean leaver's groups move at once — and never two leaders of a group.
+//! clean leaver's groups move at once, a crashed member causes no hand-over
+//! churn while its entry waits for its expiry — and never two leaders of a
+//! group.
 
 use std::time::Duration;
 
 use tokio::time::{sleep, Instant};
 
+use crate::backend::Backend;
+use crate::balance::SHARE_GRACE;
+use crate::names::members_key;
 use crate::test_support::{builder, start, RETRY, TTL};
-use crate::{MemoryBackend, Runtime};
+use crate::{Event, LostReason, MemoryBackend, Runtime};
 
 const GROUPS: usize = 10;
 
@@ -81,8 +86,11 @@ async fn a_clean_leavers_groups_move_at_once_and_the_shares_follow() {
     assert_eq!((led(&a), led(&b), led(&c)), (4, 3, 3));
     let stopped = Instant::now();
     c.shutdown().await;
-    // c's release notices: its groups move within the share grace.
-    run_checked(&[&a, &b], Duration::from_millis(100)).await;
+    // c left the membership before it released: on its release notices a
+    // and b ask for a fresh round, find themselves below their shares (5,
+    // 5) and take c's groups at once, not after the share grace.
+    run_checked(&[&a, &b], Duration::from_millis(10)).await;
+    assert!(Duration::from_millis(10) < SHARE_GRACE);
     assert_eq!(led(&a) + led(&b), GROUPS, "after {:?}", stopped.elapsed());
     run_checked(&[&a, &b], TTL * 4).await;
     assert_eq!((led(&a), led(&b)), (5, 5));
@@ -97,4 +105,55 @@ async fn unbalanced_runtimes_keep_what_they_lead() {
     join_all(&b).await;
     sleep(TTL * 4).await;
     assert_eq!((led(&a), led(&b)), (GROUPS, 0));
+}
+
+/// A crashed member (here: an entry that is never refreshed again, leading
+/// nothing) counts for the shares only until it missed a refresh
+/// (`renew_interval` + `call_timeout`), not until its entry expires (`ttl`):
+/// the others hand over for its share once at most, not every round.
+#[tokio::test(start_paused = true)]
+async fn a_crashed_member_stops_counting_after_one_missed_refresh() {
+    const LONG_TTL: Duration = Duration::from_secs(20);
+    const EVERY: Duration = Duration::from_secs(1);
+    let mem = MemoryBackend::new();
+    let balanced_long = |id: &str| {
+        start(
+            builder(&mem, id)
+                .ttl(LONG_TTL)
+                .renew_interval(EVERY)
+                .retry_interval(RETRY)
+                .call_timeout(Duration::from_millis(200))
+                .balance_leadership(true),
+        )
+    };
+    let (a, b) = (balanced_long("a"), balanced_long("b"));
+    join_all(&a).await;
+    join_all(&b).await;
+    run_checked(&[&a, &b], EVERY * 6).await;
+    assert_eq!((led(&a), led(&b)), (5, 5));
+    let mut events = (a.subscribe(), b.subscribe());
+    // "0" (first by id: the largest share) joins and crashes at once; its
+    // entry stays for LONG_TTL.
+    Backend::Memory(mem.clone())
+        .members(&members_key("leader"), "0", LONG_TTL, LONG_TTL)
+        .await
+        .unwrap();
+    run_checked(&[&a, &b], LONG_TTL + EVERY * 4).await;
+    assert_eq!((led(&a), led(&b)), (5, 5), "back to the shares without it");
+    let mut moves = 0;
+    for rx in [&mut events.0, &mut events.1] {
+        while let Ok(e) = rx.try_recv() {
+            if let Event::Lost {
+                reason: LostReason::SteppedDown,
+                ..
+            } = e
+            {
+                moves += 1;
+            }
+        }
+    }
+    // Its share (4 of 10 over 3) moves to it once and back: a and b shed to
+    // 3 each (4 moves), the groups go round to each other at most once in
+    // the round or two it counts, then they even out to 5 and 5.
+    assert!(moves <= 12, "{moves} hand-overs for the crashed member");
 }
