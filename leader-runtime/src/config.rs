@@ -396,7 +396,13 @@ impl ConfigBuilder {
     /// releases, so its groups move within about two round trips (its
     /// release notices, a membership round), those of one that crashes
     /// within `ttl`. Every instance should campaign in the same groups and
-    /// use the same `ttl`. An ACL user needs `+zadd +zrem +zremrangebyscore
+    /// use the same `ttl`: shares count the groups an instance has used, so
+    /// while the instances' groups differ (a rolling start, a group only some
+    /// instances use, groups out of the race through
+    /// [`Runtime::set_eligible`](crate::Runtime::set_eligible)) a leader may
+    /// hand over a group nobody else campaigns in, which then has no leader
+    /// until this instance's one-`ttl` cooldown ends. Experimental until that
+    /// is fixed (issue 15). An ACL user needs `+zadd +zrem +zremrangebyscore
     /// +zrangebyscore` besides the rules of [`redis_url`](Self::redis_url)
     /// (without them the membership refresh fails, is logged, and every
     /// instance keeps what it leads).
