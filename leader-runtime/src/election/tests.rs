@@ -10,7 +10,9 @@ use tokio::time::{advance, sleep, Instant};
 use crate::backend::{ATTEMPT_SPREAD, ATTEMPT_STEP};
 use crate::{Config, Event, LostReason, MemoryBackend, Runtime};
 
-use crate::test_support::{instance, next_transition, settle, Captured, G, MARGIN, RENEW, TTL};
+use crate::test_support::{
+    instance, next_transition, paused_current_thread, settle, Captured, G, MARGIN, RENEW, TTL,
+};
 
 #[tokio::test(start_paused = true)]
 async fn first_call_waits_for_the_first_round_and_wins() {
@@ -482,18 +484,9 @@ async fn cancel_on_loss_stops_the_body() {
 #[test]
 fn is_leader_on_an_invalid_name_logs_one_error_then_debug() {
     let captured = Captured::default();
-    let writer = captured.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::DEBUG)
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .finish();
+    let subscriber = captured.debug_subscriber();
     tracing::subscriber::with_default(subscriber, || {
-        let tokio = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .start_paused(true)
-            .build()
-            .unwrap();
+        let tokio = paused_current_thread();
         tokio.block_on(async {
             let a = instance(&MemoryBackend::new(), "a");
             for _ in 0..3 {

@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio::time::{sleep, Instant};
 
-use crate::test_support::{instance, settle, Captured, RENEW, TTL};
+use crate::test_support::{instance, paused_current_thread, settle, Captured, RENEW, TTL};
 use crate::{current_lease, Error, MemoryBackend, Once, OnceRecord, Runtime};
 
 const NAME: &str = "migrate-2026-12";
@@ -583,18 +583,9 @@ async fn long_summaries_are_cut_and_the_backend_outage_is_waited_out() {
 #[test]
 fn backend_errors_in_a_burst_are_logged_at_warn_once() {
     let captured = Captured::default();
-    let writer = captured.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::DEBUG)
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .finish();
+    let subscriber = captured.debug_subscriber();
     tracing::subscriber::with_default(subscriber, || {
-        let tokio = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .start_paused(true)
-            .build()
-            .unwrap();
+        let tokio = paused_current_thread();
         tokio.block_on(async {
             let mem = MemoryBackend::new();
             let a = instance(&mem, "a");

@@ -1,8 +1,6 @@
 //! `run_if_leader` and `try_run_if_leader` on names they cannot use.
 
-use std::sync::{Arc, Mutex};
-
-use crate::test_support::{instance, G};
+use crate::test_support::{instance, paused_current_thread, Captured, G};
 use crate::{Error, MemoryBackend};
 
 #[tokio::test(start_paused = true)]
@@ -33,38 +31,14 @@ async fn try_run_if_leader_tells_an_unusable_name_from_not_leading() {
     assert_eq!(a.run_if_leader(G, || async { 4 }).await, None);
 }
 
-/// What a `tracing` subscriber writes, kept for the test to read.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 #[test]
 fn an_invalid_name_is_logged_as_an_error_once_per_name() {
     let captured = Captured::default();
-    let writer = captured.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::DEBUG)
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .finish();
+    let subscriber = captured.debug_subscriber();
     // Names no other test uses: the set of reported names is process-wide.
     let (one, two) = ("logged once #1", "logged once #2");
     tracing::subscriber::with_default(subscriber, || {
-        let tokio = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .start_paused(true)
-            .build()
-            .unwrap();
+        let tokio = paused_current_thread();
         tokio.block_on(async {
             let a = instance(&MemoryBackend::new(), "a");
             for _ in 0..3 {
