@@ -626,7 +626,12 @@ impl Election {
         reason: LostReason,
     ) -> Result<()> {
         if !self.group.runs.drain(valid_until).await {
-            tracing::warn!("gated runs still in flight when the view ended; releasing anyway");
+            // Safety before liveness: a release would let the next leader
+            // start while a body here may still run. The lease expires
+            // instead, within what is left of its ttl.
+            tracing::warn!("gated runs still in flight when the view ended: not releasing the lease; it expires within its ttl");
+            self.end(tenure, reason, "handing over");
+            return Ok(());
         }
         self.end(tenure, reason, "handing over");
         if let (LostReason::Shutdown, Some(b)) = (reason, &self.ctx.balance) {

@@ -14,7 +14,7 @@ use tokio::time::Instant;
 
 use crate::backend::fence::Target;
 use crate::clock;
-use crate::in_flight::{self, InFlight};
+use crate::in_flight::InFlight;
 use crate::lease::{Lease, Tenure};
 use crate::stats::Counters;
 use crate::status::{GroupStatus, Observed};
@@ -326,7 +326,7 @@ impl Runs {
     /// the count (see `in_flight`), so a read of it decides.
     fn stop_admitting(&self) {
         if self.admitting.swap(false, SeqCst) {
-            in_flight::heavy_fence();
+            self.in_flight.fence();
         }
     }
 
@@ -346,6 +346,12 @@ impl Runs {
                 _ = tokio::time::sleep_until(deadline) => return self.in_flight.count() == 0,
             }
         }
+    }
+
+    /// Tests: act as if the drain's heavy fence had failed.
+    #[cfg(test)]
+    pub(crate) fn fail_fence(&self) {
+        self.in_flight.fail_fence();
     }
 
     /// How many gated runs are in flight.

@@ -78,6 +78,10 @@ pub(crate) struct InFlight {
     /// Slot 0: threads without a slot of their own; `n`: the thread holding
     /// bit `n - 1` of [`TAKEN`]. Each wraps; their sum is the count.
     slots: [AtomicU32; SLOTS + 1],
+    /// A heavy fence for this count could not be issued: no sum of the slots
+    /// is known to be exact any more, so [`count`](Self::count) never reads
+    /// zero again (drains wait out their deadline and report failure).
+    unfenced: AtomicBool,
 }
 
 impl InFlight {
@@ -85,7 +89,22 @@ impl InFlight {
         init();
         Self {
             slots: std::array::from_fn(|_| AtomicU32::new(0)),
+            unfenced: AtomicBool::new(false),
         }
+    }
+
+    /// The drain's side of the fence for this count ([`heavy_fence`]); if
+    /// it cannot be issued, the count fails closed from then on.
+    pub(crate) fn fence(&self) {
+        if !heavy_fence() {
+            self.unfenced.store(true, SeqCst);
+        }
+    }
+
+    /// Tests: act as if a heavy fence had failed.
+    #[cfg(test)]
+    pub(crate) fn fail_fence(&self) {
+        self.unfenced.store(true, SeqCst);
     }
 
     /// Count a run in. Follow it with a `SeqCst` load of the admitting flag.
@@ -128,6 +147,11 @@ impl InFlight {
             .slots
             .iter()
             .fold(0u32, |sum, slot| sum.wrapping_add(slot.load(SeqCst)));
+        if self.unfenced.load(SeqCst) {
+            // Safety before liveness: a run may be in flight that the sum
+            // cannot show.
+            return (sum as usize).max(1);
+        }
         sum as usize
     }
 }
@@ -137,21 +161,25 @@ impl InFlight {
 /// drain's side of the fence. A system call that interrupts each CPU running
 /// a thread of this process: tens of microseconds, more on a VM whose vCPU
 /// the host descheduled (BENCHMARKS.md); once per hand-over or loss.
-pub(crate) fn heavy_fence() {
+pub(crate) fn heavy_fence() -> bool {
     fence(SeqCst);
     #[cfg(any(target_os = "linux", target_os = "android"))]
     if asymmetric() {
         use rustix::thread::{membarrier, MembarrierCommand};
         if let Err(e) = membarrier(MembarrierCommand::PrivateExpedited) {
-            // Cannot fail once registered; if it does, the global command
-            // (no registration, slower) gives the same guarantee.
+            // Registered at start, so only a kernel short of memory or a
+            // seccomp filter makes it fail; the global command (no
+            // registration, slower) gives the same guarantee.
             tracing::error!(error = %e, "membarrier(PRIVATE_EXPEDITED) failed; using the global command");
             if let Err(e) = membarrier(MembarrierCommand::Global) {
-                tracing::error!(error = %e, "membarrier(GLOBAL) failed");
+                tracing::error!(error = %e, "membarrier(GLOBAL) failed too: the count of gated runs in flight can no longer be trusted; hand-overs wait until the view ends and let the lease expire instead of releasing it");
+                fence(SeqCst);
+                return false;
             }
         }
     }
     fence(SeqCst);
+    true
 }
 
 /// Whether the gate's side may use plain stores (set once, before the first

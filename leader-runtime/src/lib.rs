@@ -432,7 +432,8 @@
 //! - drain before release: [`step_down`], [`set_eligible`] and [`shutdown`]
 //!   first stop admitting gated runs, then wait for those in flight (bounded
 //!   by what the view has left), and only then release, so the next leader
-//!   never starts while a body here still runs.
+//!   never starts while a body here still runs. If a body is still running
+//!   when the view ends, the lease is not released: it expires.
 //!
 //! # The cron recipe
 //!

@@ -269,6 +269,29 @@ async fn step_down_drains_running_bodies_before_release() {
     );
 }
 
+/// A drain that cannot tell that every body finished (here: its fence
+/// failed) waits out the view and does not release: the next leader starts
+/// when the lease expires, never while a body here may still run.
+#[tokio::test(start_paused = true)]
+async fn a_hand_over_whose_drain_fails_lets_the_lease_expire() {
+    let mem = MemoryBackend::new();
+    let (a, b) = (instance(&mem, "a"), instance(&mem, "b"));
+    assert!(a.run_if_leader(G, || async {}).await.is_some());
+    assert!(b.run_if_leader(G, || async {}).await.is_none());
+    a.group(G).unwrap().runs.fail_fence();
+    let mut b_events = b.subscribe();
+    a.step_down(G).await.unwrap();
+    assert!(!a.is_leader(G));
+    // The drain waited out a's view; the lease key is still a's (a release
+    // would have deleted it, and b would lead at once).
+    assert_eq!(a.leader_id(G).await.unwrap().as_deref(), Some("a"));
+    assert!(!b.is_leader(G));
+    let Event::Elected { .. } = next_transition(&mut b_events).await else {
+        panic!()
+    };
+    assert!(b.is_leader(G));
+}
+
 #[tokio::test(start_paused = true)]
 async fn campaigns_again_after_a_loss() {
     let mem = MemoryBackend::new();

@@ -205,3 +205,19 @@ async fn a_drain_waits_for_every_body_admitted_on_any_thread() {
     }
     a.shutdown().await;
 }
+
+/// After a failed heavy fence the count is never read as zero: a drain
+/// waits out its deadline and reports that runs may still be in flight.
+#[tokio::test(start_paused = true)]
+async fn a_drain_whose_fence_failed_never_reports_all_finished() {
+    let mem = MemoryBackend::new();
+    let a = instance(&mem, "a");
+    assert!(a.run_if_leader(G, || async {}).await.is_some());
+    let group = a.group(G).unwrap();
+    assert_eq!(group.runs.in_flight(), 0);
+    group.runs.fail_fence();
+    let deadline = Instant::now() + Duration::from_millis(100);
+    assert!(!group.runs.drain(deadline).await);
+    assert_eq!(Instant::now(), deadline, "waited out the deadline");
+    a.shutdown().await;
+}
