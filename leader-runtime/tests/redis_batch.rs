@@ -5,11 +5,11 @@
 use std::time::Duration;
 
 use leader_runtime::{Config, Runtime};
-use leader_testkit::{RedisServer, Reply};
+use leader_testkit::RedisServer;
 use tokio::time::{sleep, timeout};
 
 mod support;
-use support::runtime;
+use support::{command_calls, runtime};
 
 const TTL: Duration = Duration::from_millis(1500);
 const RENEW: Duration = Duration::from_millis(300);
@@ -39,17 +39,6 @@ async fn lead_all(rt: &Runtime, server: &RedisServer) {
     assert!(all.is_ok(), "not every group led\n{}", server.report());
 }
 
-async fn evalsha_calls(server: &RedisServer) -> u64 {
-    let info = server.cmd(&["INFO", "commandstats"]).await.unwrap();
-    let Reply::Bulk(text) = &info else {
-        panic!("{info:?}")
-    };
-    text.lines()
-        .find_map(|l| l.strip_prefix("cmdstat_evalsha:"))
-        .and_then(|l| l.split(',').find_map(|f| f.strip_prefix("calls=")))
-        .map_or(0, |c| c.parse().unwrap())
-}
-
 #[tokio::test]
 async fn many_groups_renew_in_a_few_script_calls_per_tick() {
     let server = RedisServer::start().await.unwrap();
@@ -62,7 +51,7 @@ async fn many_groups_renew_in_a_few_script_calls_per_tick() {
     server.cmd(&["CONFIG", "RESETSTAT"]).await.unwrap();
     let before = renewals(&rt);
     sleep(RENEW * 5).await;
-    let calls = evalsha_calls(&server).await;
+    let calls = command_calls(&server, "evalsha").await;
     let renewed = renewals(&rt) - before;
     assert!(
         renewed >= 4 * GROUPS as u64,

@@ -7,9 +7,12 @@ use std::time::Duration;
 
 use leader_runtime::admin::{Admin, Notice};
 use leader_runtime::{Config, Event, LostReason, Runtime};
-use leader_testkit::{RedisServer, Reply};
+use leader_testkit::RedisServer;
 use tokio::sync::broadcast;
 use tokio::time::{timeout, Instant};
+
+mod support;
+use support::command_calls;
 
 const G: &str = "jobs";
 const TTL: Duration = Duration::from_millis(1500);
@@ -43,18 +46,6 @@ async fn until_leader(rt: &Runtime, group: &str) {
         rt.run_if_leader(group, || async {}).await;
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-}
-
-/// Script calls (`EVALSHA`) the server answered so far.
-async fn evalsha_calls(server: &RedisServer) -> u64 {
-    let info = server.cmd(&["INFO", "commandstats"]).await.unwrap();
-    let Reply::Bulk(text) = &info else {
-        panic!("{info:?}")
-    };
-    text.lines()
-        .find_map(|l| l.strip_prefix("cmdstat_evalsha:"))
-        .and_then(|l| l.split(',').find_map(|f| f.strip_prefix("calls=")))
-        .map_or(0, |c| c.parse().unwrap())
 }
 
 /// The next `Renewed` of `group`.
@@ -105,9 +96,12 @@ async fn a_renewal_sees_a_pause_without_any_notice() {
     // Check that they do: fewer script calls than renewals (renew.lua
     // would take one call per renewal). Nothing else runs a script now.
     let renewals = || a.stats(G).unwrap().renewals + a.stats("other").unwrap().renewals;
-    let (calls, before) = (evalsha_calls(&server).await, renewals());
+    let (calls, before) = (command_calls(&server, "evalsha").await, renewals());
     tokio::time::sleep(RENEW * 4).await;
-    let (calls, count) = (evalsha_calls(&server).await - calls, renewals() - before);
+    let (calls, count) = (
+        command_calls(&server, "evalsha").await - calls,
+        renewals() - before,
+    );
     assert!(count >= 4, "{count} renewals in 4 intervals");
     assert!(
         calls * 3 <= count * 2,

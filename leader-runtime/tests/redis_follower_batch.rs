@@ -10,6 +10,9 @@ use leader_runtime::{Config, Runtime};
 use leader_testkit::{FaultProxy, RedisServer, Reply};
 use tokio::time::{sleep, timeout, Instant};
 
+mod support;
+use support::command_calls;
+
 const TTL: Duration = Duration::from_millis(1500);
 const RENEW: Duration = Duration::from_millis(300);
 const GROUPS: usize = 200;
@@ -30,17 +33,6 @@ fn instance(url: String, id: &str) -> Runtime {
 
 fn names() -> Vec<String> {
     (0..GROUPS).map(|i| format!("g{i}")).collect()
-}
-
-async fn evalsha_calls(server: &RedisServer) -> u64 {
-    let info = server.cmd(&["INFO", "commandstats"]).await.unwrap();
-    let Reply::Bulk(text) = &info else {
-        panic!("{info:?}")
-    };
-    text.lines()
-        .find_map(|l| l.strip_prefix("cmdstat_evalsha:"))
-        .and_then(|l| l.split(',').find_map(|f| f.strip_prefix("calls=")))
-        .map_or(0, |c| c.parse().unwrap())
 }
 
 #[tokio::test]
@@ -80,7 +72,7 @@ async fn followers_of_many_groups_cost_a_few_calls_per_expiry_and_still_fail_ove
     let before: u64 = followers.iter().map(attempts).sum();
     let window = Duration::from_secs(6);
     sleep(window).await;
-    let calls = evalsha_calls(&server).await;
+    let calls = command_calls(&server, "evalsha").await;
     let attempted = followers.iter().map(attempts).sum::<u64>() - before;
     // The model (BENCHMARKS.md): the leader renews its 200 groups in one call
     // per renew tick, on at most 2 grid points per tick while the groups'

@@ -9,7 +9,7 @@ use tokio::sync::broadcast::error::{RecvError, TryRecvError};
 use tokio::time::{timeout, Instant};
 
 mod support;
-use support::{config, runtime, RENEW, TTL};
+use support::{command_calls, config, runtime, RENEW, TTL};
 
 fn instance(primary: &RedisServer, id: &str, min_replicas: u32) -> Runtime {
     runtime(
@@ -197,16 +197,6 @@ async fn a_paused_reply_does_not_forget_an_unconfirmed_acquisition() {
     b.shutdown().await;
 }
 
-/// How many times `primary` ran `command` since its last `CONFIG RESETSTAT`.
-async fn calls(primary: &RedisServer, command: &str) -> u64 {
-    let info = primary.cmd(&["INFO", "commandstats"]).await.unwrap();
-    let info = info.as_str().unwrap_or_default().to_owned();
-    info.lines()
-        .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:")))
-        .and_then(|l| l.split(',').find_map(|f| f.strip_prefix("calls=")))
-        .map_or(0, |c| c.parse().unwrap())
-}
-
 /// Waits until `rt` leads every one of `groups`.
 async fn leads_all(rt: &Runtime, groups: &[String], within: Duration) -> bool {
     timeout(within, async {
@@ -236,7 +226,7 @@ async fn a_batch_of_attempts_waits_for_the_replicas_once() {
     );
     // Each acquire call is pipelined with one `WAIT` (renewals wait for
     // nothing): the 50 first attempts went in a few batched calls, not 50.
-    let waits = calls(&primary, "wait").await;
+    let waits = command_calls(&primary, "wait").await;
     assert!(
         (1..=5).contains(&waits),
         "{waits} WAIT calls for 50 attempts\n{}",
@@ -360,7 +350,7 @@ async fn unconfirmed_wins_in_a_batch_make_each_next_win_wait_one_ttl() {
         );
     }
     // Those wins were batched: one `WAIT` per acquire call.
-    let waits = calls(&primary, "wait").await;
+    let waits = command_calls(&primary, "wait").await;
     assert!(
         waits < groups.len() as u64 / 2,
         "{waits} WAIT calls for {} wins\n{}",

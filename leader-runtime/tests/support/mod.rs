@@ -159,3 +159,14 @@ pub(crate) async fn run_id(server: &RedisServer) -> String {
         field("replication", "master_replid").await
     )
 }
+
+/// How many times `server` ran `command` (lower case, e.g. "evalsha") since
+/// it started or its last `CONFIG RESETSTAT`, from `INFO commandstats`.
+pub(crate) async fn command_calls(server: &RedisServer, command: &str) -> u64 {
+    let info = server.cmd(&["INFO", "commandstats"]).await.unwrap();
+    let text = info.as_str().unwrap_or_else(|| panic!("{info:?}"));
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:")))
+        .and_then(|l| l.split(',').find_map(|f| f.strip_prefix("calls=")))
+        .map_or(0, |c| c.parse().unwrap())
+}
