@@ -46,6 +46,12 @@ pub(crate) fn admit<G: Deref<Target = Group>>(group: G) -> Option<Admitted<G>> {
     if !group.view.is_open() {
         return None; // not leader: no clock read
     }
+    // A drain under way refuses at once: a call refused here neither counts
+    // in and out (the drain's sum) nor wakes the drain. Only a hint: the
+    // check after counting in decides.
+    if !group.runs.admitting_hint() {
+        return None;
+    }
     // Count first, then check: a drain that stopped admitting before our
     // check waits for us; one that stopped it after sees us.
     group.runs.enter();

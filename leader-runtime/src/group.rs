@@ -315,6 +315,17 @@ impl Runs {
         }
     }
 
+    /// Whether new gated runs may start, as a hint before counting in: no
+    /// ordering, so it may be stale either way; only [`admitting`]'s answer
+    /// after [`enter`] decides.
+    ///
+    /// [`admitting`]: Self::admitting
+    /// [`enter`]: Self::enter
+    #[inline]
+    pub(crate) fn admitting_hint(&self) -> bool {
+        self.admitting.load(Relaxed)
+    }
+
     /// Whether new gated runs may start.
     #[inline]
     pub(crate) fn admitting(&self) -> bool {

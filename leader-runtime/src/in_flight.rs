@@ -15,7 +15,9 @@
 //!   destructor), so a pool that starts and stops threads reuses slots. The
 //!   first [`SLOTS`] threads gating at the same time own one; others, and a
 //!   thread whose thread-locals are being destroyed, share slot 0 with a
-//!   locked `fetch_add` (the old cost, still correct).
+//!   locked `fetch_add` (the old cost, still correct). A thread on slot 0
+//!   tries again after another thread gave a slot back ([`FREED`]), so a
+//!   burst of threads does not leave long-lived ones on the slow path.
 //! - An async body may finish on another thread than the one it started on:
 //!   it counts in on the first thread's slot and out on the second's. Slots
 //!   wrap, and only their sum means anything.
@@ -220,11 +222,18 @@ const UNTAKEN: u8 = u8::MAX;
 /// Bit `n` set: slot `n + 1` is owned by a live thread.
 static TAKEN: AtomicU32 = AtomicU32::new(0);
 
+/// How many times an exiting thread gave its slot back (wraps): a thread on
+/// the shared slot looks for a free one again when this changed since its
+/// last look.
+static FREED: AtomicU32 = AtomicU32::new(0);
+
 thread_local! {
     /// This thread's slot index. No destructor, so reading it is one load
     /// (a thread-local with a destructor checks its state on every access)
     /// and it stays readable while the thread's thread-locals are destroyed.
     static OWN: Cell<u8> = const { Cell::new(UNTAKEN) };
+    /// [`FREED`] when this thread last looked for a free slot.
+    static FREED_SEEN: Cell<u32> = const { Cell::new(0) };
     /// Gives the slot back when the thread exits: set when one is taken.
     static GIVE_BACK: GiveBack = const { GiveBack(Cell::new(false)) };
 }
@@ -238,8 +247,17 @@ impl Drop for GiveBack {
         if self.0.get() {
             let own = OWN.replace(SHARED as u8);
             TAKEN.fetch_and(!(1 << (own - 1)), Release);
+            // Release after the bit is clear: a thread that sees the new
+            // value (Acquire) sees the slot free.
+            FREED.fetch_add(1, Release);
         }
     }
+}
+
+/// Tests: whether this thread ever counted a run in or out.
+#[cfg(test)]
+pub(crate) fn counted_on_this_thread() -> bool {
+    OWN.get() != UNTAKEN
 }
 
 /// This thread's slot index (0: the shared one).
@@ -247,7 +265,20 @@ impl Drop for GiveBack {
 fn own_slot() -> usize {
     match OWN.get() {
         UNTAKEN => take_slot(),
+        own if own == SHARED as u8 => shared_or_freed(),
         own => usize::from(own),
+    }
+}
+
+/// On the shared slot: look for a slot of our own again if one was given
+/// back since the last look (only then: scanning on every call would cost
+/// the busy pool more than the shared slot does).
+#[cold]
+fn shared_or_freed() -> usize {
+    if asymmetric() && FREED.load(Acquire) != FREED_SEEN.get() {
+        take_slot()
+    } else {
+        SHARED
     }
 }
 
@@ -256,6 +287,8 @@ fn own_slot() -> usize {
 #[cold]
 fn take_slot() -> usize {
     let mut slot = SHARED;
+    // Before the scan: a slot given back after it changes `FREED` again.
+    FREED_SEEN.set(FREED.load(Acquire));
     if asymmetric() {
         let mut taken = TAKEN.load(Relaxed);
         while (!taken).trailing_zeros() < SLOTS as u32 {
@@ -280,7 +313,7 @@ fn take_slot() -> usize {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Barrier;
+    use std::sync::{mpsc, Barrier};
 
     use super::*;
 
@@ -307,23 +340,161 @@ mod tests {
         assert_eq!(count.count(), 0);
     }
 
-    /// A thread gives its slot back when it exits: a hundred short-lived
-    /// threads in a row each get one of their own (where `membarrier` is
-    /// available: otherwise none takes one).
+    /// A thread gives its slot back when it exits: of a hundred short-lived
+    /// threads in a row, more than [`SLOTS`] get one of their own, which
+    /// only slots given back allow (where `membarrier` is available:
+    /// otherwise none takes one). Other tests' threads may hold slots
+    /// meanwhile, so not every thread need get one.
     #[test]
     fn exited_threads_give_their_slot_back() {
         let _count = InFlight::new();
         if !asymmetric() {
             return;
         }
-        for _ in 0..100 {
-            let slot = std::thread::spawn(|| {
-                InFlight::new().enter();
-                OWN.get()
+        let own = (0..100)
+            .filter(|_| {
+                std::thread::spawn(|| {
+                    InFlight::new().enter();
+                    usize::from(OWN.get()) != SHARED
+                })
+                .join()
+                .unwrap()
             })
-            .join()
-            .unwrap();
-            assert_ne!(usize::from(slot), SHARED);
+            .count();
+        assert!(own > SLOTS, "{own} of 100 threads got a slot");
+    }
+
+    /// A thread that found every slot taken takes one once another thread
+    /// gave its slot back, instead of staying on the shared slot (and its
+    /// locked read-modify-writes) for the rest of its life.
+    #[test]
+    fn a_thread_on_the_shared_slot_takes_a_slot_given_back() {
+        let count = InFlight::new();
+        if !asymmetric() {
+            return;
+        }
+        std::thread::scope(|s| {
+            let (slot_tx, slot_rx) = mpsc::channel();
+            // Each thread counts a run in and out on every word it gets,
+            // reports its slot, and exits when its sender is dropped.
+            let spawn = || {
+                let (word_tx, word_rx) = mpsc::channel::<()>();
+                let (slot_tx, count) = (slot_tx.clone(), &count);
+                let thread = s.spawn(move || {
+                    while word_rx.recv().is_ok() {
+                        count.enter();
+                        count.leave();
+                        slot_tx.send(usize::from(OWN.get())).unwrap();
+                    }
+                });
+                (word_tx, thread)
+            };
+            // Holders take slots until a thread finds none left (other
+            // tests may hold some too).
+            let mut holders = Vec::new();
+            let stuck = loop {
+                assert!(holders.len() <= 2 * SLOTS, "never ran out of slots");
+                let (word, thread) = spawn();
+                word.send(()).unwrap();
+                if slot_rx.recv().unwrap() == SHARED {
+                    break word;
+                }
+                holders.push((word, thread));
+            };
+            // Holders exit one at a time; the stuck thread soon has a slot.
+            let mut got_one = false;
+            for (word, thread) in holders {
+                drop(word);
+                thread.join().unwrap();
+                stuck.send(()).unwrap();
+                if slot_rx.recv().unwrap() != SHARED {
+                    got_one = true;
+                    break;
+                }
+            }
+            assert!(
+                got_one,
+                "still on the shared slot after every holder exited"
+            );
+        });
+        assert_eq!(count.count(), 0);
+    }
+
+    /// Store buffering, the race the heavy fence exists for: a gate stores
+    /// its count-in then loads `admitting`; a drain stores `admitting =
+    /// false` then reads the count. Without a fence on either side, x86
+    /// lets both loads miss the other's store (the gate runs, the drain reads
+    /// zero). With the gate's plain store and the drain's `heavy_fence`,
+    /// that outcome never happens, round after round on two threads.
+    ///
+    /// Seen failing on a 2-core AMD EPYC guest: with the `heavy_fence` call
+    /// removed, about 1 round in 200 (so the default 20,000 rounds always
+    /// catch it); with a `SeqCst` fence alone in its place (no
+    /// `membarrier`: the gate's store can still wait in its store buffer),
+    /// 1,745 misses in 3,000,000 rounds of a release build
+    /// (`LEADER_LITMUS_ROUNDS=3000000 cargo test --release -p leader-runtime
+    /// --lib a_drain_and_a_gate`), too rare for the default run.
+    #[test]
+    fn a_drain_and_a_gate_never_both_miss_each_other() {
+        let rounds: u32 = std::env::var("LEADER_LITMUS_ROUNDS")
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(20_000);
+        let count = InFlight::new();
+        let admitting = AtomicBool::new(true);
+        // Spin hand-offs (a futex wake-up would start the two sides
+        // microseconds apart, too far for the race to show): the round the
+        // drain started, the last one it read the count in, and the last
+        // one the gate finished.
+        let (go, read, done) = (AtomicU32::new(0), AtomicU32::new(0), AtomicU32::new(0));
+        let gate_ran = AtomicBool::new(false);
+        let mut missed = 0;
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                for round in 1..=rounds {
+                    while go.load(Acquire) != round {
+                        std::hint::spin_loop();
+                    }
+                    count.enter();
+                    gate_ran.store(admitting.load(SeqCst), Relaxed);
+                    // In flight until the drain has read the count.
+                    while read.load(Acquire) != round {
+                        std::hint::spin_loop();
+                    }
+                    count.leave();
+                    done.store(round, Release);
+                }
+            });
+            for round in 1..=rounds {
+                admitting.store(true, SeqCst);
+                go.store(round, Release);
+                admitting.store(false, SeqCst);
+                heavy_fence();
+                let seen = count.count();
+                read.store(round, Release);
+                while done.load(Acquire) != round {
+                    std::hint::spin_loop();
+                }
+                // The gate ran its body (saw `admitting` true) in flight
+                // while the drain read no run: the drain would have
+                // released under it.
+                if gate_ran.load(Relaxed) && seen == 0 {
+                    missed += 1;
+                }
+            }
+        });
+        assert_eq!(missed, 0, "the drain missed an admitted run {missed} times");
+    }
+
+    /// CI asserts the fast mode is the one in use where it should be
+    /// (`LEADER_EXPECT_MEMBARRIER=1` in `.ci/run` on Linux): a kernel or
+    /// sandbox without `membarrier` would otherwise fall back silently to
+    /// the locked counts and the gate benchmark would measure those.
+    #[test]
+    fn membarrier_is_in_use_where_expected() {
+        let _count = InFlight::new();
+        if std::env::var_os("LEADER_EXPECT_MEMBARRIER").is_some() {
+            assert!(asymmetric(), "membarrier(PRIVATE_EXPEDITED) is not in use");
         }
     }
 }

@@ -206,6 +206,31 @@ async fn a_drain_waits_for_every_body_admitted_on_any_thread() {
     a.shutdown().await;
 }
 
+/// A call refused because a drain is under way counts nothing: it neither
+/// adds to the sum the drain waits on nor wakes the drain when it counts
+/// out (a lock inside `Notify`, for every refused call). Seen here: a thread
+/// whose only gated calls came during the drain never touched the count.
+#[tokio::test(start_paused = true)]
+async fn a_call_refused_during_a_drain_counts_nothing() {
+    let mem = MemoryBackend::new();
+    let a = instance(&mem, "a");
+    assert!(a.run_if_leader(G, || async {}).await.is_some());
+    let group = a.registered(G).unwrap();
+    group.runs.stop_admitting();
+    assert!(group.view.is_open(), "draining: the view is still open");
+    let caller = group.clone();
+    let (refused, counted) = std::thread::spawn(move || {
+        let refused = crate::admission::admit(caller).is_none();
+        (refused, crate::in_flight::counted_on_this_thread())
+    })
+    .join()
+    .unwrap();
+    assert!(refused);
+    assert!(!counted, "a refused call counted itself in and out");
+    group.runs.admitting.store(true, SeqCst);
+    a.shutdown().await;
+}
+
 /// After a failed heavy fence the count is never read as zero: a drain
 /// waits out its deadline and reports that runs may still be in flight.
 #[tokio::test(start_paused = true)]
