@@ -1,8 +1,8 @@
 //! `acquire_many.lua` on a real `redis-server`, called directly: one call
 //! answers every kind of group (acquired, held, paused, an error of its own)
 //! as `acquire.lua` would for that group alone, in the flat reply the
-//! runtime parses; on the cheap path (no pause key in the call: a refused
-//! attempt reads the holder and its PTTL only) and on the full one; and with
+//! runtime parses; with no pause key in the call (one `EXISTS` for all) and
+//! with one (each group's pause key checked on its own); and with
 //! an ACL user that may not run `EXISTS` (the rules of earlier versions) the
 //! pause is still checked, group by group.
 
@@ -57,7 +57,7 @@ fn split(reply: &[Reply]) -> Vec<&[Reply]> {
     parts
 }
 
-fn held_by<'a>(part: &'a [Reply]) -> (&'a str, i64) {
+fn held_by(part: &[Reply]) -> (&str, i64) {
     match part {
         [Reply::Integer(0), Reply::Bulk(holder), Reply::Integer(pttl)] => (holder, *pttl),
         other => panic!("not held: {other:?}"),
@@ -133,8 +133,9 @@ async fn one_call_answers_each_group_as_acquire_would_on_both_paths() {
     assert!(cmd(&mut conn, &["GET", "leader:{junk}:lease"])
         .await
         .is_nil());
-    // A pause key anywhere in the call: every group on the full path, with
-    // the same answers for the others (free and mine are ours now: re-claims).
+    // A pause key anywhere in the call: each group's pause key is checked on
+    // its own, with the same answers for the others (free and mine are ours
+    // now: re-claims).
     cmd(&mut conn, &["HSET", "leader:{other}:paused", "by", "test"]).await;
     let full = acquire_many(
         &mut conn,

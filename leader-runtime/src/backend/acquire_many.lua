@@ -21,8 +21,9 @@ local clock = script_clock()
 local n = #KEYS / 3
 
 -- Whether no group of the call is paused, in one EXISTS (not one TYPE per
--- group). nil when EXISTS is refused (an ACL written for an earlier version,
--- which allows TYPE only): each group is then checked on its own.
+-- group): false when one is, nil when EXISTS is refused (an ACL written for
+-- an earlier version, which allows TYPE only). Each group's pause key is
+-- then checked on its own.
 local function none_paused()
   local count = 0
   for from = 1, n, 500 do
@@ -40,15 +41,18 @@ local unpaused = none_paused()
 for i = 1, n do
   local k = 3 * i - 2
   -- A refused attempt, the common case at a lease's expiry, on the cheap
-  -- path: the pause was checked first all the same (for the whole call,
-  -- above), and nothing is written. Its answer is acquire_one's.
-  local holder = unpaused and redis.pcall('GET', KEYS[k])
+  -- path: the pause checked first all the same (for the whole call above,
+  -- or this group's key alone), then the holder and its PTTL, nothing
+  -- written; its answer is acquire_one's.
+  local holder
+  if unpaused or not paused(KEYS[k + 2]) then holder = redis.pcall('GET', KEYS[k]) end
   if type(holder) == 'string' and holder ~= id then
     out[m + 1], out[m + 2], out[m + 3] = 0, holder, redis.call('PTTL', KEYS[k])
     m = m + 3
   else
-    -- Everything else takes acquire.lua's path (a GET that failed fails
-    -- there again, as that group's error).
+    -- Everything else takes acquire.lua's path (a paused group, a free
+    -- lease, our own, and a GET that failed, which fails there again as
+    -- that group's error).
     local ok, reply, err = pcall(acquire_one, KEYS[k], KEYS[k + 1], KEYS[k + 2], id, ttl, ARGV[2], clock)
     if not ok then
       reply = {-1, tostring(type(reply) == 'table' and reply.err or reply)}
