@@ -470,35 +470,178 @@ async fn scale(args: &[String]) {
             .collect();
         println!("{mode}: commands inside the scripts: {}", inner.join(", "));
         if crash {
-            // Who leads after the kill: the time from the kill to each group's
-            // `elected` line, whichever follower printed it.
-            let marks: Vec<usize> = children.iter().map(|c| c.stdout().len()).collect();
-            let killed = monotonic_now_ns();
-            children[0].kill9().expect("kill -9");
-            let deadline = tokio::time::Instant::now() + ttl * 3;
-            let mut latencies: BTreeMap<String, f64> = BTreeMap::new();
-            while latencies.len() < groups && tokio::time::Instant::now() < deadline {
-                tokio::time::sleep(Duration::from_millis(200)).await;
-                for (child, &from) in children.iter().zip(&marks).skip(1) {
-                    for line in &child.stdout().snapshot()[from..] {
-                        let f: Vec<&str> = line.split_whitespace().collect();
-                        if let ["elected", g, _, ns] = f.as_slice() {
-                            let ns: u64 = ns.parse().expect("ns");
-                            let ms = (ns.saturating_sub(killed)) as f64 / 1e6;
-                            latencies.entry((*g).to_owned()).or_insert(ms);
-                        }
-                    }
-                }
-            }
-            let mut samples: Vec<f64> = latencies.values().copied().collect();
-            println!("{mode}: kill -9 of the leader of every group -> each group's next leader ({} of {groups} groups re-elected; bound: ttl + 50 ms = {} ms)", samples.len(), ttl.as_millis() + 50);
-            println!("{SUMMARY_HEADER}");
-            println!("{}", summary("crash failover per group", &mut samples));
+            crash_failover(&server, &mut children, groups, ttl, mode).await;
         }
         for child in children.into_iter().skip(usize::from(crash)) {
             stop(child).await;
         }
     }
+}
+
+/// The lease keys' remaining ms (`PTTL` of each, in one script call), and
+/// when the call was sent (`CLOCK_MONOTONIC` ns): each lease expires at
+/// `sent + pttl` (to within the call's round trip and 1 ms).
+async fn lease_pttls(server: &RedisServer, groups: usize) -> (u64, Vec<i64>) {
+    const SCRIPT: &str =
+        "local out = {} for i = 1, #KEYS do out[i] = redis.call('PTTL', KEYS[i]) end return out";
+    let keys: Vec<String> = group_names(groups)
+        .iter()
+        .map(|g| format!("leader:{{{g}}}:lease"))
+        .collect();
+    let count = groups.to_string();
+    let mut call = vec!["EVAL", SCRIPT, &count];
+    call.extend(keys.iter().map(String::as_str));
+    let sent = monotonic_now_ns();
+    let reply = server.cmd(&call).await.expect("PTTL script");
+    let pttls = match reply {
+        Reply::Array(items) => items
+            .iter()
+            .map(|r| match r {
+                Reply::Integer(ms) => *ms,
+                other => panic!("PTTL reply {other:?}"),
+            })
+            .collect(),
+        other => panic!("PTTL script reply {other:?}"),
+    };
+    (sent, pttls)
+}
+
+/// Sum of the evalsha calls and their `usec` in `INFO commandstats`.
+async fn evalsha_usec(server: &RedisServer) -> (u64, u64) {
+    let reply = server
+        .cmd(&["INFO", "commandstats"])
+        .await
+        .expect("INFO commandstats");
+    reply_text(&reply)
+        .lines()
+        .filter_map(|l| l.strip_prefix("cmdstat_evalsha:"))
+        .map(|rest| {
+            let field = |name: &str| {
+                rest.split(',')
+                    .find_map(|f| f.strip_prefix(name))
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(0)
+            };
+            (field("calls="), field("usec="))
+        })
+        .next()
+        .unwrap_or_default()
+}
+
+/// `kill -9` of `children[0]` (the leader of every group) right after one of
+/// its renewals, the worst case (its leases then live a full ttl on), and
+/// per group the time to its next leader's `elected` line: from the kill,
+/// and from the lease's expiry (Redis's `PTTL` of each lease, read right
+/// after the kill). Also what the re-election wave cost: Redis's time in
+/// `evalsha` and its CPU, the followers' CPU, from 100 ms before the first
+/// expiry to 1 s after the last.
+async fn crash_failover(
+    server: &RedisServer,
+    children: &mut [ChildProcess],
+    groups: usize,
+    ttl: Duration,
+    mode: &str,
+) {
+    // Wait for a renewal: g0's PTTL jumps up. Every group renews at the same
+    // grid instant, in calls of 500 groups sent at once; give them 50 ms.
+    let key = "leader:{g0}:lease";
+    let pttl = |r: Reply| match r {
+        Reply::Integer(ms) => ms,
+        other => panic!("PTTL {other:?}"),
+    };
+    let mut conn = server.connect().await.expect("connect");
+    let mut last = pttl(conn.cmd(&["PTTL", key]).await.expect("PTTL"));
+    let limit = tokio::time::Instant::now() + ttl;
+    loop {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        let now = pttl(conn.cmd(&["PTTL", key]).await.expect("PTTL"));
+        if now > last + 100 || tokio::time::Instant::now() > limit {
+            break;
+        }
+        last = now;
+    }
+    let seen = monotonic_now_ns();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let marks: Vec<usize> = children.iter().map(|c| c.stdout().len()).collect();
+    let killed = monotonic_now_ns();
+    children[0].kill9().expect("kill -9");
+    let (sent, pttls) = lease_pttls(server, groups).await;
+    let expiry: Vec<u64> = pttls
+        .iter()
+        .map(|&ms| sent + u64::try_from(ms.max(0)).unwrap_or(0) * 1_000_000)
+        .collect();
+    let first = *expiry.iter().min().expect("groups");
+    let last_expiry = *expiry.iter().max().expect("groups");
+    println!(
+        "{mode}: killed {:.0} ms after i0's renewal was seen; leases expire {:.0} to {:.0} ms after the kill",
+        (killed - seen) as f64 / 1e6,
+        (first - killed) as f64 / 1e6,
+        (last_expiry - killed) as f64 / 1e6
+    );
+    // The wave's cost: from 100 ms before the first expiry.
+    let before = Duration::from_nanos((first - monotonic_now_ns()).saturating_sub(100_000_000));
+    tokio::time::sleep(before).await;
+    let mut cpu_before = Vec::new();
+    for child in children.iter_mut().skip(1) {
+        cpu_before.push(usage(child).await.0);
+    }
+    server
+        .cmd(&["CONFIG", "RESETSTAT"])
+        .await
+        .expect("RESETSTAT");
+    let redis0 = redis_cpu(server).await;
+    let deadline = tokio::time::Instant::now() + ttl * 2;
+    let mut latencies: BTreeMap<usize, u64> = BTreeMap::new();
+    while latencies.len() < groups && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        for (child, &from) in children.iter().zip(&marks).skip(1) {
+            for line in &child.stdout().snapshot()[from..] {
+                let f: Vec<&str> = line.split_whitespace().collect();
+                if let ["elected", g, _, ns] = f.as_slice() {
+                    let g: usize = g[1..].parse().expect("group index");
+                    latencies.entry(g).or_insert(ns.parse().expect("ns"));
+                }
+            }
+        }
+    }
+    let wave_end = last_expiry + 1_000_000_000;
+    let rest = Duration::from_nanos(wave_end.saturating_sub(monotonic_now_ns()));
+    tokio::time::sleep(rest).await;
+    let (calls, usec) = evalsha_usec(server).await;
+    let redis1 = redis_cpu(server).await;
+    let mut follower_cpu = 0.0;
+    for (child, c0) in children.iter_mut().skip(1).zip(&cpu_before) {
+        follower_cpu += usage(child).await.0 - c0;
+    }
+    let ms = |ns: u64, from: u64| (ns as f64 - from as f64) / 1e6;
+    let mut from_kill: Vec<f64> = latencies.values().map(|&ns| ms(ns, killed)).collect();
+    let mut from_expiry: Vec<f64> = latencies
+        .iter()
+        .map(|(&g, &ns)| ms(ns, expiry[g]))
+        .collect();
+    println!(
+        "{mode}: kill -9 of the leader of every group -> each group's next leader ({} of {groups} groups re-elected; bound: ttl + 50 ms = {} ms from the kill, 50 ms from the expiry)",
+        from_kill.len(),
+        ttl.as_millis() + 50
+    );
+    println!("{SUMMARY_HEADER}");
+    println!(
+        "{}",
+        summary("crash failover per group, from the kill", &mut from_kill)
+    );
+    println!(
+        "{}",
+        summary("after the lease's expiry (Redis PTTL)", &mut from_expiry)
+    );
+    println!(
+        "{mode}: the wave (100 ms before the first expiry to 1 s after the last): {calls} evalsha calls, \
+         {:.0} ms in evalsha (INFO commandstats usec), Redis CPU {:.0} ms; the {} followers' CPU {:.0} ms (on {} cores)",
+        usec as f64 / 1e3,
+        (redis1 - redis0) * 1e3,
+        children.len() - 1,
+        follower_cpu * 1e3,
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+    );
 }
 
 async fn rebalance(args: &[String]) {

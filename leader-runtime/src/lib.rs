@@ -419,9 +419,10 @@
 //!   is missing (after an error, or while the notice connection is down).
 //!   So a follower *asks* at most 15 ms after a crashed leader's lease
 //!   expires, and a graceful handover takes one round trip. With many groups
-//!   per instance the last group's new view begins later than that: 20
-//!   instances × 5,000 groups on a 2-core machine spread the re-elections
-//!   over 0.54 s after the expiry (BENCHMARKS.md, "Fleet scale");
+//!   per instance the last group's new view begins later than that: on a
+//!   2-core machine, 20 instances × 1,000 groups were re-elected within
+//!   42–87 ms (p99) of the expiry, × 5,000 within 0.41–0.46 s (BENCHMARKS.md,
+//!   "Crash failover at a common expiry");
 //! - the renewals of one instance that fall due together go to Redis as one
 //!   `renew_many` call, and its follower attempts that fall due together as
 //!   one `acquire_many` call (each group's answer is the acquire's above),

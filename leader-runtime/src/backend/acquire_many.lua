@@ -4,26 +4,63 @@
 --          cluster: all in one hash slot)
 -- ARGV[1]  our instance id
 -- ARGV[2]  ttl in milliseconds
--- returns  one entry per triple, in order: acquire.lua's reply ({1, token,
---          wait, why}, {0, holder, pttl} or {2, 'paused'}, with the same
---          meaning), or a
---          string: the error of that group alone (a malformed record,
+-- returns  one flat array: for each triple, in order, acquire.lua's reply
+--          spread out ({1, token, wait, why}: 4 entries, {0, holder, pttl}:
+--          3, {2, 'paused'}: 2, with the same meaning), or {-1, message}
+--          (2 entries): the error of that group alone (a malformed record,
 --          WRONGTYPE), so one bad key does not fail the others (an error
 --          reply nested in the array would fail the whole call client-side).
+--          Flat, not one table per group: at a common expiry most attempts
+--          lose, and Redis spends more time turning 500 small tables into a
+--          reply than on the commands (BENCHMARKS.md).
 --          Every group reads the same server time and identity.
 if redis.replicate_commands then redis.replicate_commands() end
 local ttl = tonumber(ARGV[2])
+local id = ARGV[1]
 local clock = script_clock()
-local out = {}
-for i = 1, #KEYS / 3 do
+local n = #KEYS / 3
+
+-- Whether no group of the call is paused, in one EXISTS (not one TYPE per
+-- group): false when one is, nil when EXISTS is refused (an ACL written for
+-- an earlier version, which allows TYPE only). Each group's pause key is
+-- then checked on its own.
+local function none_paused()
+  local count = 0
+  for from = 1, n, 500 do
+    local keys = {}
+    for i = from, math.min(n, from + 499) do keys[#keys + 1] = KEYS[3 * i] end
+    local r = redis.pcall('EXISTS', unpack(keys))
+    if type(r) ~= 'number' then return nil end
+    count = count + r
+  end
+  return count == 0
+end
+
+local out, m = {}, 0
+local unpaused = none_paused()
+for i = 1, n do
   local k = 3 * i - 2
-  local ok, reply, err = pcall(acquire_one, KEYS[k], KEYS[k + 1], KEYS[k + 2], ARGV[1], ttl, ARGV[2], clock)
-  if not ok then
-    out[i] = tostring(type(reply) == 'table' and reply.err or reply)
-  elseif err then
-    out[i] = err
+  -- A refused attempt, the common case at a lease's expiry, on the cheap
+  -- path: the pause checked first all the same (for the whole call above,
+  -- or this group's key alone), then the holder and its PTTL, nothing
+  -- written; its answer is acquire_one's.
+  local holder
+  if unpaused or not paused(KEYS[k + 2]) then holder = redis.pcall('GET', KEYS[k]) end
+  if type(holder) == 'string' and holder ~= id then
+    out[m + 1], out[m + 2], out[m + 3] = 0, holder, redis.call('PTTL', KEYS[k])
+    m = m + 3
   else
-    out[i] = reply
+    -- Everything else takes acquire.lua's path (a paused group, a free
+    -- lease, our own, and a GET that failed, which fails there again as
+    -- that group's error).
+    local ok, reply, err = pcall(acquire_one, KEYS[k], KEYS[k + 1], KEYS[k + 2], id, ttl, ARGV[2], clock)
+    if not ok then
+      reply = {-1, tostring(type(reply) == 'table' and reply.err or reply)}
+    elseif err then
+      reply = {-1, err}
+    end
+    for j = 1, #reply do out[m + j] = reply[j] end
+    m = m + #reply
   end
 end
 return out

@@ -568,9 +568,9 @@ impl RedisBackend {
             call.arg(id).arg(millis(ttl));
             (call.invoke_async(&mut self.conn.clone()).await, None)
         };
-        let items = match reply {
-            Ok(Value::Array(items)) if items.len() == groups.len() => items,
-            Ok(other) => {
+        let replies = match reply.map(|r| split_flat(groups.len(), r)) {
+            Ok(Ok(replies)) => replies,
+            Ok(Err(other)) => {
                 return groups
                     .iter()
                     .map(|(group, _)| Err(protocol_err(group, "acquire_many", &other)))
@@ -585,12 +585,12 @@ impl RedisBackend {
         };
         groups
             .iter()
-            .zip(items)
-            .map(|(&(group, _), item)| {
-                let acquired = match item {
-                    // That group's own error (the script reports it as a string).
-                    Value::BulkString(e) => Err(Error::backend(group, String::from_utf8_lossy(&e))),
-                    reply => parse_acquire(group, reply),
+            .zip(replies)
+            .map(|(&(group, _), reply)| {
+                let acquired = match reply {
+                    // That group's own error.
+                    FlatReply::Error(e) => Err(Error::backend(group, String::from_utf8_lossy(&e))),
+                    FlatReply::Acquire(reply) => parse_acquire(group, reply),
                 }?;
                 match &acks {
                     Some(acks) => self.confirm(group, acquired, acks, ttl),
@@ -1010,6 +1010,52 @@ impl WaitFailed {
     }
 }
 
+/// One group's part of `acquire_many.lua`'s flat reply.
+#[derive(Debug, PartialEq)]
+enum FlatReply {
+    /// What `acquire.lua` would have replied for that group alone.
+    Acquire(Value),
+    /// That group's own error (`{-1, message}`).
+    Error(Vec<u8>),
+}
+
+/// `acquire_many.lua`'s flat reply cut into `groups` replies: each starts
+/// with its kind, which tells its length (1 won: 4 entries, 0 held: 3,
+/// 2 paused and -1 error: 2). Anything else, or entries left over or missing,
+/// is an error: the reply, or the part that does not parse (a protocol error
+/// for every group).
+fn split_flat(groups: usize, reply: Value) -> std::result::Result<Vec<FlatReply>, Value> {
+    let Value::Array(items) = reply else {
+        return Err(reply);
+    };
+    let mut out = Vec::with_capacity(groups);
+    let mut items = items.into_iter();
+    while let Some(kind) = items.next() {
+        let len = match kind {
+            Value::Int(1) => 4,
+            Value::Int(0) => 3,
+            Value::Int(2 | -1) => 2,
+            other => return Err(other),
+        };
+        let mut part = Vec::with_capacity(len);
+        part.push(kind);
+        part.extend(items.by_ref().take(len - 1));
+        if part.len() < len || out.len() == groups {
+            return Err(Value::Array(part));
+        }
+        out.push(match part.as_mut_slice() {
+            [Value::Int(-1), Value::BulkString(e)] => FlatReply::Error(std::mem::take(e)),
+            [Value::Int(-1), _] => return Err(Value::Array(part)),
+            _ => FlatReply::Acquire(Value::Array(part)),
+        });
+    }
+    if out.len() == groups {
+        Ok(out)
+    } else {
+        Err(Value::Array(Vec::new()))
+    }
+}
+
 fn parse_acquire(group: &str, reply: Value) -> Result<Acquire> {
     let items = match reply {
         Value::Array(items) if items.len() == 2 => {
@@ -1085,6 +1131,55 @@ fn protocol_err(group: &str, op: &str, reply: &Value) -> Error {
 mod tests {
     use super::*;
     use crate::{Config, ConfigBuilder, MemoryBackend};
+
+    #[test]
+    fn acquire_many_replies_split_by_their_kind() {
+        let b = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        let flat = vec![
+            Value::Int(0),
+            b("other"),
+            Value::Int(1500),
+            Value::Int(1),
+            b("17"),
+            Value::Int(0),
+            b(""),
+            Value::Int(2),
+            b("paused"),
+            Value::Int(-1),
+            b("ERR lease record x holds no valid token"),
+        ];
+        let parts = split_flat(4, Value::Array(flat.clone())).unwrap();
+        assert_eq!(
+            parts,
+            vec![
+                FlatReply::Acquire(Value::Array(flat[0..3].to_vec())),
+                FlatReply::Acquire(Value::Array(flat[3..7].to_vec())),
+                FlatReply::Acquire(Value::Array(flat[7..9].to_vec())),
+                FlatReply::Error(b"ERR lease record x holds no valid token".to_vec()),
+            ]
+        );
+        // Each part reads as acquire.lua's reply.
+        let mut parsed = parts.into_iter().map(|p| match p {
+            FlatReply::Acquire(v) => parse_acquire("g", v).map_err(|e| e.to_string()),
+            FlatReply::Error(_) => Err("error".to_owned()),
+        });
+        assert!(
+            matches!(parsed.next(), Some(Ok(Acquire::Held { holder, pttl: Some(p) })) if holder == "other" && p == Duration::from_millis(1500))
+        );
+        assert!(
+            matches!(parsed.next(), Some(Ok(Acquire::Won { token: 17, wait, why: SafeStart::No })) if wait.is_zero())
+        );
+        assert!(matches!(parsed.next(), Some(Ok(Acquire::Paused))));
+        // One group too many or too few, a part cut short, an unknown kind,
+        // an error that is not text: the whole reply is refused.
+        assert!(split_flat(5, Value::Array(flat.clone())).is_err());
+        assert!(split_flat(3, Value::Array(flat.clone())).is_err());
+        assert!(split_flat(1, Value::Array(flat[0..2].to_vec())).is_err());
+        assert!(split_flat(1, Value::Array(vec![Value::Int(3), b("x")])).is_err());
+        assert!(split_flat(1, Value::Array(vec![Value::Int(-1), Value::Int(5)])).is_err());
+        assert!(split_flat(1, Value::Int(0)).is_err());
+        assert_eq!(split_flat(0, Value::Array(Vec::new())), Ok(Vec::new()));
+    }
 
     fn config_error(b: ConfigBuilder) -> (&'static str, String) {
         match b.build() {

@@ -1,0 +1,218 @@
+//! `acquire_many.lua` on a real `redis-server`, called directly: one call
+//! answers every kind of group (acquired, held, paused, an error of its own)
+//! as `acquire.lua` would for that group alone, in the flat reply the
+//! runtime parses; with no pause key in the call (one `EXISTS` for all) and
+//! with one (each group's pause key checked on its own); and with
+//! an ACL user that may not run `EXISTS` (the rules of earlier versions) the
+//! pause is still checked, group by group.
+
+use leader_testkit::{RedisServer, Reply, RespConn};
+
+mod support;
+use support::ACL_RULES;
+
+const SCRIPT: &str = concat!(
+    include_str!("../src/backend/record.lua"),
+    include_str!("../src/backend/acquire_many.lua")
+);
+
+const TTL_MS: &str = "1500";
+
+fn keys(group: &str) -> [String; 3] {
+    [
+        format!("leader:{{{group}}}:lease"),
+        format!("leader:{{{group}}}:token"),
+        format!("leader:{{{group}}}:paused"),
+    ]
+}
+
+/// `acquire_many.lua` for `groups` as instance `id`, on `conn`: the flat reply.
+async fn acquire_many(conn: &mut RespConn, id: &str, groups: &[&str]) -> Vec<Reply> {
+    let keys: Vec<String> = groups.iter().flat_map(|g| keys(g)).collect();
+    let count = keys.len().to_string();
+    let mut args = vec!["EVAL", SCRIPT, &count];
+    args.extend(keys.iter().map(String::as_str));
+    args.extend([id, TTL_MS]);
+    match conn.cmd(&args).await.unwrap() {
+        Reply::Array(items) => items,
+        other => panic!("acquire_many replied {other:?}"),
+    }
+}
+
+/// The flat reply cut into one part per group by its kind (the lengths the
+/// runtime's parser expects); panics on an unknown kind or a short part.
+fn split(reply: &[Reply]) -> Vec<&[Reply]> {
+    let mut parts = Vec::new();
+    let mut at = 0;
+    while at < reply.len() {
+        let len = match reply[at] {
+            Reply::Integer(1) => 4,
+            Reply::Integer(0) => 3,
+            Reply::Integer(2 | -1) => 2,
+            ref other => panic!("unknown kind {other:?} in {reply:?}"),
+        };
+        parts.push(&reply[at..at + len]);
+        at += len;
+    }
+    parts
+}
+
+fn held_by(part: &[Reply]) -> (&str, i64) {
+    match part {
+        [Reply::Integer(0), Reply::Bulk(holder), Reply::Integer(pttl)] => (holder, *pttl),
+        other => panic!("not held: {other:?}"),
+    }
+}
+
+fn won(part: &[Reply]) -> (u128, i64, &str) {
+    match part {
+        [Reply::Integer(1), Reply::Bulk(token), Reply::Integer(wait), Reply::Bulk(why)] => {
+            (token.parse().unwrap(), *wait, why)
+        }
+        other => panic!("not won: {other:?}"),
+    }
+}
+
+fn paused(part: &[Reply]) -> bool {
+    matches!(part, [Reply::Integer(2), Reply::Bulk(word)] if word == "paused")
+}
+
+fn error(part: &[Reply]) -> &str {
+    match part {
+        [Reply::Integer(-1), Reply::Bulk(message)] => message,
+        other => panic!("not an error: {other:?}"),
+    }
+}
+
+async fn cmd(conn: &mut RespConn, args: &[&str]) -> Reply {
+    conn.cmd(args).await.unwrap()
+}
+
+/// Sets up, on `conn`: `held` leased to `other` for 10 s, `mine` leased to
+/// `me` (a re-claim), `junk` with a record that holds no token, `wrong` with
+/// a lease key of the wrong type; `free` has no keys.
+async fn fixtures(conn: &mut RespConn) {
+    cmd(
+        conn,
+        &["SET", "leader:{held}:lease", "other", "PX", "10000"],
+    )
+    .await;
+    cmd(conn, &["SET", "leader:{junk}:token", "not-a-token"]).await;
+    cmd(conn, &["RPUSH", "leader:{wrong}:lease", "x"]).await;
+    let first = acquire_many(conn, "me", &["mine", "held"]).await;
+    let parts = split(&first);
+    assert_eq!(won(parts[0]).2, "first", "{first:?}");
+}
+
+#[tokio::test]
+async fn one_call_answers_each_group_as_acquire_would_on_both_paths() {
+    let server = RedisServer::start().await.unwrap();
+    let mut conn = server.connect().await.unwrap();
+    fixtures(&mut conn).await;
+    let groups = ["held", "free", "mine", "junk", "wrong"];
+    let check = |reply: &[Reply]| {
+        let parts = split(reply);
+        assert_eq!(parts.len(), groups.len(), "{reply:?}");
+        let (holder, pttl) = held_by(parts[0]);
+        assert_eq!(holder, "other");
+        assert!((1..=10_000).contains(&pttl), "{pttl}");
+        won(parts[1]);
+        won(parts[2]);
+        assert!(
+            error(parts[3]).contains("holds no valid token"),
+            "{reply:?}"
+        );
+        assert!(error(parts[4]).contains("WRONGTYPE"), "{reply:?}");
+    };
+    // No pause key among them: refused attempts take the cheap path.
+    let cheap = acquire_many(&mut conn, "me", &groups).await;
+    check(&cheap);
+    let parts = split(&cheap);
+    assert_eq!(won(parts[1]), (won(parts[1]).0, 1500, "first"));
+    // Nothing written for the errors.
+    assert!(cmd(&mut conn, &["GET", "leader:{junk}:lease"])
+        .await
+        .is_nil());
+    // A pause key anywhere in the call: each group's pause key is checked on
+    // its own, with the same answers for the others (free and mine are ours
+    // now: re-claims).
+    cmd(&mut conn, &["HSET", "leader:{other}:paused", "by", "test"]).await;
+    let full = acquire_many(
+        &mut conn,
+        "me",
+        &["held", "free", "mine", "junk", "wrong", "other"],
+    )
+    .await;
+    let parts = split(&full);
+    assert_eq!(parts.len(), 6, "{full:?}");
+    check(&full[..full.len() - 2]);
+    assert!(paused(parts[5]), "{full:?}");
+    // The tokens only grow.
+    assert!(won(parts[1]).0 > won(split(&cheap)[1]).0);
+}
+
+#[tokio::test]
+async fn a_paused_group_is_answered_paused_even_while_another_instance_holds_it() {
+    let server = RedisServer::start().await.unwrap();
+    let mut conn = server.connect().await.unwrap();
+    cmd(
+        &mut conn,
+        &["SET", "leader:{a}:lease", "other", "PX", "10000"],
+    )
+    .await;
+    cmd(
+        &mut conn,
+        &["SET", "leader:{b}:lease", "other", "PX", "10000"],
+    )
+    .await;
+    // A key of any type pauses (record.lua), not only pause.lua's hash.
+    cmd(&mut conn, &["SET", "leader:{b}:paused", "1"]).await;
+    cmd(&mut conn, &["HSET", "leader:{c}:paused", "by", "test"]).await;
+    let reply = acquire_many(&mut conn, "me", &["a", "b", "c"]).await;
+    let parts = split(&reply);
+    assert_eq!(parts.len(), 3, "{reply:?}");
+    assert_eq!(held_by(parts[0]).0, "other");
+    assert!(paused(parts[1]), "held and paused: {reply:?}");
+    assert!(paused(parts[2]), "free and paused: {reply:?}");
+    // Nothing written for the paused groups.
+    assert!(cmd(&mut conn, &["GET", "leader:{c}:lease"]).await.is_nil());
+    assert!(cmd(&mut conn, &["EXISTS", "leader:{c}:token"]).await == Reply::Integer(0));
+}
+
+#[tokio::test]
+async fn without_exists_in_the_acl_the_pause_is_checked_group_by_group() {
+    let server = RedisServer::builder()
+        .password("admin-pw")
+        .acl_user("app", "app-pw", ACL_RULES)
+        .start()
+        .await
+        .unwrap();
+    let mut admin = server.connect().await.unwrap();
+    cmd(
+        &mut admin,
+        &["SET", "leader:{a}:lease", "other", "PX", "10000"],
+    )
+    .await;
+    cmd(
+        &mut admin,
+        &["SET", "leader:{b}:lease", "other", "PX", "10000"],
+    )
+    .await;
+    cmd(&mut admin, &["HSET", "leader:{b}:paused", "by", "test"]).await;
+    let mut app = RespConn::connect(server.addr()).await.unwrap();
+    assert_eq!(
+        cmd(&mut app, &["AUTH", "app", "app-pw"]).await,
+        Reply::Simple("OK".to_owned())
+    );
+    // The documented rules have no EXISTS.
+    assert!(matches!(
+        cmd(&mut app, &["EXISTS", "leader:{a}:lease"]).await,
+        Reply::Error(_)
+    ));
+    let reply = acquire_many(&mut app, "me", &["a", "b", "free"]).await;
+    let parts = split(&reply);
+    assert_eq!(parts.len(), 3, "{reply:?}");
+    assert_eq!(held_by(parts[0]).0, "other");
+    assert!(paused(parts[1]), "{reply:?}");
+    assert_eq!(won(parts[2]).2, "first", "{reply:?}");
+}
