@@ -216,3 +216,38 @@ async fn without_exists_in_the_acl_the_pause_is_checked_group_by_group() {
     assert!(paused(parts[1]), "{reply:?}");
     assert_eq!(won(parts[2]).2, "first", "{reply:?}");
 }
+
+/// The documented ACL rules (`support::ACL_RULES`, the rules of
+/// `ConfigBuilder::redis_url`) must run a follower's batched attempt without
+/// a single denial: operators alert on `ACL LOG`, and `redis_acl.rs` holds
+/// the runtime to "no denial" under these rules. A refused `EXISTS` (the
+/// fallback for earlier rules) is logged as a denial on every call.
+#[tokio::test]
+async fn the_documented_acl_rules_run_a_batched_attempt_without_a_denial() {
+    let server = RedisServer::builder()
+        .password("admin-pw")
+        .acl_user("app", "app-pw", ACL_RULES)
+        .start()
+        .await
+        .unwrap();
+    let mut admin = server.connect().await.unwrap();
+    cmd(
+        &mut admin,
+        &["SET", "leader:{a}:lease", "other", "PX", "10000"],
+    )
+    .await;
+    let mut app = RespConn::connect(server.addr()).await.unwrap();
+    assert_eq!(
+        cmd(&mut app, &["AUTH", "app", "app-pw"]).await,
+        Reply::Simple("OK".to_owned())
+    );
+    let reply = acquire_many(&mut app, "me", &["a", "b"]).await;
+    let parts = split(&reply);
+    assert_eq!(held_by(parts[0]).0, "other", "{reply:?}");
+    won(parts[1]);
+    let denials = cmd(&mut admin, &["ACL", "LOG"]).await;
+    assert!(
+        matches!(&denials, Reply::Array(v) if v.is_empty()),
+        "ACL denials: {denials:?}"
+    );
+}
