@@ -197,9 +197,11 @@ impl ConfigBuilder {
     ///
     /// An ACL user needs, for the default key prefix `leader`:
     /// `~leader:* &leader:released &leader:control +evalsha +eval +script|load +get +set
-    /// +pexpire +pttl +del +time +info +type +hmget +hset +publish +subscribe
-    /// +ping` (plus `+wait` with [`min_replicas`](Self::min_replicas)); the
-    /// scripts' own calls are checked against the user's rules too.
+    /// +pexpire +pttl +del +time +info +type +exists +hmget +hset +publish
+    /// +subscribe +ping` (plus `+wait` with [`min_replicas`](Self::min_replicas));
+    /// the scripts' own calls are checked against the user's rules too.
+    /// Rules without `+exists` (those of earlier versions) still work, but
+    /// each batched follower attempt is then logged as a denial in `ACL LOG`.
     /// DEPLOYING.md in the repository lists every command and why.
     pub fn redis_url(mut self, url: impl Into<String>) -> Self {
         self.backend = Some(BackendConfig::Redis(RedisConfig::standalone(url.into())));

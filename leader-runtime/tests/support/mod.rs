@@ -23,8 +23,8 @@ pub(crate) const G: &str = "jobs";
 /// as the docs of `ConfigBuilder::redis_url` and DEPLOYING.md list them
 /// (Cluster adds `+cluster|slots`, a Sentinel-managed master `+role`).
 pub(crate) const ACL_RULES: &str = "~leader:* &leader:released &leader:control +evalsha +eval \
-    +script|load +get +set +pexpire +pttl +del +time +info +type +hmget +hset +publish \
-    +subscribe +ping";
+    +script|load +get +set +pexpire +pttl +del +time +info +type +exists +hmget +hset \
+    +publish +subscribe +ping";
 
 /// A config builder for instance `id` with [`TTL`], [`RENEW`] and
 /// [`RETRY`]; the caller names the backend (and may change the timings).
