@@ -26,6 +26,8 @@ use crate::names::GroupKeys;
 use crate::redact::redact_url;
 use crate::{Error, Result};
 
+#[cfg(test)]
+mod acquire_many_tests;
 #[cfg(feature = "cron")]
 mod cron;
 mod once;
