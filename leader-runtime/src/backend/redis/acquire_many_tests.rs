@@ -6,12 +6,13 @@
 //! group not won answers exactly as a lone `acquire.lua` call does, in its
 //! place (an answer shifted by one would show).
 
+use std::collections::HashMap;
 use std::time::Duration;
 
-use leader_testkit::RedisServer;
+use leader_testkit::{RedisCluster, RedisServer};
 use redis::AsyncCommands;
 
-use crate::backend::{Acquire, Backend, Op};
+use crate::backend::{slot, Acquire, Backend, Op};
 use crate::names::GroupKeys;
 use crate::{Config, Runtime};
 
@@ -140,5 +141,57 @@ async fn every_group_answers_in_its_place_as_alone_on_both_paths() {
             );
         }
     }
+    rt.shutdown().await;
+}
+
+/// Two group names whose keys share one hash slot (a cluster batches only
+/// those into one call).
+fn two_in_one_slot() -> (String, String) {
+    let mut seen: HashMap<u16, String> = HashMap::new();
+    for n in 0.. {
+        let group = format!("g{n}");
+        if let Some(first) = seen.insert(slot(group.as_bytes()), group.clone()) {
+            return (first, group);
+        }
+    }
+    unreachable!()
+}
+
+/// On a Redis Cluster one call's keys share a slot; the call-wide `EXISTS`
+/// (several keys) runs there too, and a paused group another instance holds
+/// is answered paused, beside one on the cheap path.
+#[tokio::test]
+async fn on_a_cluster_a_batch_in_one_slot_sees_the_pause() {
+    let cluster = RedisCluster::start().await.unwrap();
+    let (a, b) = two_in_one_slot();
+    let lease = |g: &str| format!("leader:{{{g}}}:lease");
+    let node = cluster.node(cluster.master_of(&lease(&a)).await.unwrap());
+    for g in [&a, &b] {
+        node.cmd(&["SET", &lease(g), "other", "PX", "10000"])
+            .await
+            .unwrap()
+            .ok()
+            .unwrap();
+    }
+    let rt = Runtime::new(
+        Config::builder()
+            .redis_cluster_urls(cluster.urls())
+            .instance_id("me")
+            .build()
+            .unwrap(),
+    )
+    .unwrap();
+    let backend = &rt.ctx().backend;
+    let held = |a: &Result<Acquire, String>| matches!(a, Ok(Acquire::Held { holder, pttl: Some(_) }) if holder == "other");
+    let got = answers(backend, &[&a, &b]).await;
+    assert!(held(&got[0]) && held(&got[1]), "{got:?}");
+    node.cmd(&["HSET", &format!("leader:{{{b}}}:paused"), "by", "test"])
+        .await
+        .unwrap()
+        .ok()
+        .unwrap();
+    let got = answers(backend, &[&a, &b]).await;
+    assert!(held(&got[0]), "{got:?}");
+    assert_eq!(got[1], Ok(Acquire::Paused), "{got:?}");
     rt.shutdown().await;
 }
