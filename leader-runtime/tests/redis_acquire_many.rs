@@ -254,3 +254,38 @@ async fn the_documented_acl_rules_run_a_batched_attempt_without_a_denial() {
         "ACL denials: {denials:?}"
     );
 }
+
+/// The call-wide `EXISTS` goes in chunks of 500 keys: a pause key past the
+/// first chunk is seen too (the runtime sends at most 500 groups per call;
+/// the script takes more).
+#[tokio::test]
+async fn a_pause_past_the_first_500_groups_is_seen() {
+    let server = RedisServer::start().await.unwrap();
+    let mut conn = server.connect().await.unwrap();
+    for g in ["g550", "g551"] {
+        cmd(
+            &mut conn,
+            &[
+                "SET",
+                &format!("leader:{{{g}}}:lease"),
+                "other",
+                "PX",
+                "10000",
+            ],
+        )
+        .await;
+    }
+    cmd(&mut conn, &["HSET", "leader:{g550}:paused", "by", "test"]).await;
+    let names: Vec<String> = (0..600).map(|i| format!("g{i}")).collect();
+    let groups: Vec<&str> = names.iter().map(String::as_str).collect();
+    let reply = acquire_many(&mut conn, "me", &groups).await;
+    let parts = split(&reply);
+    assert_eq!(parts.len(), 600);
+    assert!(paused(parts[550]), "{:?}", parts[550]);
+    assert_eq!(held_by(parts[551]).0, "other");
+    for (i, part) in parts.iter().enumerate() {
+        if i != 550 && i != 551 {
+            won(part);
+        }
+    }
+}
