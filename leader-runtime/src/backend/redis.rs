@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::batch::RenewBatcher;
 use super::sentinel::SentinelConn;
-use super::{Acquire, Channels, Notice, NoticeSink, Op, Renew, SafeStart};
+use super::{Acquire, Channels, Counts, Member, Notice, NoticeSink, Op, Renew, SafeStart};
 use crate::names::GroupKeys;
 use crate::redact::redact_url;
 use crate::{Error, Result};
@@ -501,35 +501,30 @@ impl RedisBackend {
         parse_acquire(op.group, reply)
     }
 
-    /// Refresh `id`'s membership at `key` for `ttl` (`None`: leave), and
-    /// list the members refreshed within `fresh`.
+    /// Refresh `id`'s membership at `key` for `ttl` with its counts
+    /// (`None`: leave), and list the members refreshed within `fresh` with
+    /// theirs.
     pub(super) async fn members(
         &self,
         key: &str,
         id: &str,
-        ttl: Option<Duration>,
+        refresh: Option<(Duration, Counts)>,
         fresh: Duration,
-    ) -> Result<Vec<String>> {
+    ) -> Result<Vec<Member>> {
+        let (ttl, counts) = refresh.unwrap_or_default();
         let reply: Value = self
             .scripts
             .members
             .key(key)
             .arg(id)
-            .arg(ttl.map_or(0, millis))
+            .arg(refresh.map_or(0, |_| millis(ttl)))
             .arg(millis(fresh))
+            .arg(counts.leading)
+            .arg(counts.campaigns)
             .invoke_async(&mut self.conn.clone())
             .await
             .map_err(|e| backend_err("members", &e))?;
-        match reply {
-            Value::Array(items) => items
-                .into_iter()
-                .map(|item| match item {
-                    Value::BulkString(id) => Ok(String::from_utf8_lossy(&id).into_owned()),
-                    other => Err(protocol_err("members", "members", &other)),
-                })
-                .collect(),
-            other => Err(protocol_err("members", "members", &other)),
-        }
+        parse_members(reply)
     }
 
     /// The attempts of `groups` for `id`: one `acquire_many.lua` call (one
@@ -1072,6 +1067,35 @@ fn timeout_err(after: Duration) -> Error {
         message: format!("no answer within {after:?}"),
         source: None,
     }
+}
+
+/// `members.lua`'s reply: id, leading, campaigns of each live member.
+fn parse_members(reply: Value) -> Result<Vec<Member>> {
+    let bad = |reply: &Value| protocol_err("members", "members", reply);
+    let Value::Array(items) = reply else {
+        return Err(bad(&reply));
+    };
+    if items.len() % 3 != 0 {
+        return Err(bad(&Value::Array(items)));
+    }
+    let text = |item: &Value| match item {
+        Value::BulkString(b) => Ok(String::from_utf8_lossy(b).into_owned()),
+        other => Err(bad(other)),
+    };
+    // A count beyond u32 (no fleet has 4 billion groups) is not ours.
+    let count = |item: &Value| text(item)?.parse::<u32>().map_err(|_| bad(item));
+    items
+        .chunks_exact(3)
+        .map(|m| {
+            Ok(Member {
+                id: text(&m[0])?,
+                counts: Counts {
+                    leading: count(&m[1])?,
+                    campaigns: count(&m[2])?,
+                },
+            })
+        })
+        .collect()
 }
 
 fn protocol_err(group: &str, op: &str, reply: &Value) -> Error {
