@@ -121,10 +121,7 @@ async fn a_member_that_missed_its_refresh_does_not_count() {
     }
     // Counted, it would take a third of the groups (10, 10, 10).
     settle(&[&a, &b], &[15, 15], TTL * 8, &server).await;
-    let entry = server
-        .cmd(&["HGET", "leader:balance", "0"])
-        .await
-        .unwrap();
+    let entry = server.cmd(&["HGET", "leader:balance", "0"]).await.unwrap();
     assert!(matches!(entry, Reply::Bulk(_)), "{entry:?}");
     stale.abort();
     a.shutdown().await;
@@ -259,7 +256,12 @@ async fn a_group_only_one_instance_campaigns_in_keeps_a_leader() {
         let lead_b = names()[GROUPS - 5..].iter().any(|n| n == g) && b.is_leader(g);
         (a.is_leader(g), lead_b)
     };
-    let led_b = || names()[GROUPS - 5..].iter().filter(|g| b.is_leader(g)).count();
+    let led_b = || {
+        names()[GROUPS - 5..]
+            .iter()
+            .filter(|g| b.is_leader(g))
+            .count()
+    };
     // Settle: (25, 5).
     let end = Instant::now() + TTL * 10;
     loop {
