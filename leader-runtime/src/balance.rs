@@ -188,6 +188,11 @@ impl Balance {
         } else {
             s.campaigns = s.campaigns.saturating_sub(1);
         }
+        drop(s);
+        // Publish it soon (many changes at once make one round): an
+        // instance that starts its groups after its first refresh would
+        // otherwise count as campaigning in none for one renew interval.
+        self.ask_round();
     }
 
     /// A leadership began (the lease is ours).
