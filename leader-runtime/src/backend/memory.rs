@@ -51,6 +51,10 @@ pub struct MemoryBackend {
     inner: Arc<Inner>,
 }
 
+/// One membership key: instance id → when its entry expires, and the
+/// counts it published (balanced leadership).
+type Membership = HashMap<String, (Instant, Counts)>;
+
 #[derive(Debug)]
 struct Inner {
     state: Mutex<State>,
@@ -64,7 +68,7 @@ struct Inner {
     acquire_calls: AtomicU64,
     /// Balanced leadership's memberships: key → instance id → expiry and
     /// the counts it published.
-    members: Mutex<HashMap<String, HashMap<String, (Instant, Counts)>>>,
+    members: Mutex<HashMap<String, Membership>>,
 }
 
 #[derive(Debug, Default)]
