@@ -119,6 +119,28 @@ async fn a_group_one_instance_has_not_called_yet_is_never_left_leaderless() {
     assert_eq!((led(&a), led(&b)), (5, 5));
 }
 
+/// An instance that starts late (a rolling start) counts as campaigning in
+/// no group until it calls them, so nobody hands over to it before; then
+/// it takes its share, every group led throughout.
+#[tokio::test(start_paused = true)]
+async fn a_late_starter_takes_its_share_with_no_group_leaderless() {
+    let mem = MemoryBackend::new();
+    let a = balanced(&mem, "a");
+    join(&a, &names()).await;
+    let alone = watch(&[&a], TTL * 3).await;
+    assert_eq!(led(&a), GROUPS, "{alone:?}");
+    let b = balanced(&mem, "b");
+    // Its membership, before any group: nothing moves.
+    let idle = watch(&[&a, &b], TTL * 2).await;
+    assert_eq!(idle.leaderless, 0, "{idle:?}");
+    assert_eq!((led(&a), led(&b)), (GROUPS, 0));
+    join(&b, &names()).await;
+    let joining = watch(&[&a, &b], TTL * 4).await;
+    println!("idle {idle:?}, joining {joining:?}");
+    assert_eq!(joining.leaderless, 0, "{joining:?}");
+    assert_eq!((led(&a), led(&b)), (5, 5));
+}
+
 /// Groups an instance took out of the race (`set_eligible(false)`) are not
 /// counted as campaigned in: `b`, eligible for 2 of the 10, gets a share of
 /// 2, `a` keeps 8, and no group goes without a leader.
