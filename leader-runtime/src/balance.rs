@@ -38,10 +38,14 @@
 //! (instead of the one-`ttl` cooldown of a `step_down`) and keeps it while
 //! the fleet's layout (its members and their campaign counts) stays the
 //! same. So a group is without a leader for at most that window per
-//! hand-over, each group is handed over in vain at most once per layout,
-//! and the moves stop: the shares settle, or stay uneven where only a chain
-//! of moves through a third instance could even them out. `once:` groups
-//! are never handed over. Expiries (crashes) are taken by whoever comes
+//! hand-over (unless the drain outlasts the view: then the lease is left to
+//! expire and the leader stays out for one `ttl`, as after a step-down);
+//! an instance hands a group over in vain at most once per layout; and the
+//! moves stop: the shares settle, or stay uneven where only a chain of
+//! moves through a third instance could even them out. (A follower at its
+//! share whose attempt was already in flight when a group was released may
+//! still win it; it is then over its share and hands over in turn, with the
+//! same bounds.) `once:` groups are never handed over. Expiries (crashes) are taken by whoever comes
 //! first, and the next rounds even the shares out. Every instance must use
 //! the same `ttl` (freshness is read from the entries' expiry).
 //!
