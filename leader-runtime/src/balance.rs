@@ -27,7 +27,7 @@
 //! weakens safety: a leader over its share, while another member leads
 //! less than its share, hands one group over as `step_down` does (drain
 //! the gated runs, end the view, release), at most [`MOVES_PER_ROUND`] per
-//! `renew_interval`. A follower below its share takes a released group at
+//! `renew_interval`, choosing groups with no gated body running. A follower below its share takes a released group at
 //! once; one at or over its share lets it go to an instance below its share
 //! first: for [`SHARE_GRACE`], or — while a member leads more than its
 //! share, so the release may be a hand-over for the balance — for
@@ -38,8 +38,9 @@
 //! (instead of the one-`ttl` cooldown of a `step_down`) and keeps it while
 //! the fleet's layout (its members and their campaign counts) stays the
 //! same. So a group is without a leader for at most that window per
-//! hand-over (unless the drain outlasts the view: then the lease is left to
-//! expire and the leader stays out for one `ttl`, as after a step-down);
+//! hand-over (unless a body that started as the hand-over began outlasts
+//! the view: then the lease is left to expire and the leader stays out for
+//! one `ttl`, as after a step-down);
 //! an instance hands a group over in vain at most once per layout; and the
 //! moves stop: the shares settle, or stay uneven where only a chain of
 //! moves through a third instance could even them out. (A follower at its

@@ -399,9 +399,10 @@ impl ConfigBuilder {
     /// A leader over its share, while another instance leads less than
     /// its own, hands groups over the way
     /// [`Runtime::step_down`](crate::Runtime::step_down) does — drain, end
-    /// the view, release — at most 100 per `renew_interval`. A follower below
-    /// its share takes a released group at once; one at its share lets an
-    /// instance below its share take it first (it asks for a fresh
+    /// the view, release — at most 100 per `renew_interval`, choosing groups
+    /// with no gated body running. A follower below its share takes a
+    /// released group at once; one at its share lets an instance below its
+    /// share take it first (it asks for a fresh
     /// membership round and waits for it: at most 50 ms, or 2 × 50 ms +
     /// `call_timeout` + 50 ms while some instance leads more than its
     /// share). Instances do not know which groups the others campaign in:
@@ -410,8 +411,8 @@ impl ConfigBuilder {
     /// it back, and keeps it as long as the members and the numbers of
     /// groups they campaign in stay the same. So balancing leaves a group
     /// without a leader for at most that window per hand-over (2.1 s with
-    /// the default timings), once per group at most while the fleet stays
-    /// the same, and the moves stop; where group sets differ, an uneven
+    /// the default timings), an instance hands a group over in vain at most
+    /// once while the fleet stays the same, and the moves stop; where group sets differ, an uneven
     /// split that only a chain of moves through a third instance could
     /// even out stays. A [`Runtime::step_down`](crate::Runtime::step_down)
     /// still stays out of the group's race for one `ttl`.

@@ -449,9 +449,13 @@ impl Election {
                     next_renew = Instant::now();
                 }
                 // Balanced: a new membership round; over our share, hand
-                // over (not a group taken back at this layout).
+                // over — not a group taken back at this layout, nor one
+                // running a gated body (the drain would wait for it, and
+                // one that outlasts the view leaves the group leaderless).
                 _ = balance_round(self.balance.as_deref()) => {
-                    if self.balance.as_ref().is_some_and(|b| self.kept != Some(b.epoch()) && b.try_shed()) {
+                    if self.balance.as_ref().is_some_and(|b| {
+                        self.kept != Some(b.epoch()) && !self.group.runs.busy() && b.try_shed()
+                    }) {
                         return self.shed(won.token, tenure, valid_until).await;
                     }
                 }

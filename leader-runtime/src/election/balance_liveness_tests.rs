@@ -307,3 +307,40 @@ async fn an_instance_at_its_share_lets_a_hand_over_go_back() {
     assert_eq!(led(&a) + led(&b), GROUPS);
     c.abort();
 }
+
+/// A leader over its share hands over an idle group, not one whose gated
+/// body runs: the body keeps its lease to the end (a drain that outlasts
+/// the view would end it and leave the group to expire).
+#[tokio::test(start_paused = true)]
+async fn a_group_running_a_gated_body_is_not_the_one_handed_over() {
+    let mem = MemoryBackend::new();
+    let (a, b) = (balanced(&mem, "a"), balanced(&mem, "b"));
+    let two = &names()[..2];
+    join(&a, two).await;
+    watch(&[&a], TTL).await;
+    assert!(leads(&a, "g0") && leads(&a, "g1"));
+    let mut events = a.subscribe();
+    let body = a.run_if_leader("g0", || async {
+        sleep(TTL * 3).await;
+        crate::current_lease().is_some_and(|l| l.is_valid())
+    });
+    let joining = async {
+        join(&b, two).await;
+        sleep(TTL * 2).await;
+        (leads(&a, "g1"), leads(&b, "g1"))
+    };
+    let (valid_to_the_end, g1) = tokio::join!(body, joining);
+    assert_eq!(
+        valid_to_the_end,
+        Some(true),
+        "g0's lease held through the body"
+    );
+    assert_eq!(g1, (false, true), "g1 went to b");
+    let mut lost = Vec::new();
+    while let Ok(e) = events.try_recv() {
+        if let Event::Lost { group, .. } = e {
+            lost.push(group);
+        }
+    }
+    assert_eq!(lost, ["g1"]);
+}
