@@ -1082,8 +1082,15 @@ fn parse_members(reply: Value) -> Result<Vec<Member>> {
         Value::BulkString(b) => Ok(String::from_utf8_lossy(b).into_owned()),
         other => Err(bad(other)),
     };
-    // A count beyond u32 (no fleet has 4 billion groups) is not ours.
-    let count = |item: &Value| text(item)?.parse::<u32>().map_err(|_| bad(item));
+    // Digits (the script checks); a count beyond u32, which no fleet has,
+    // counts as u32::MAX rather than failing every round until it expires.
+    let count = |item: &Value| {
+        let digits = text(item)?;
+        if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(bad(item));
+        }
+        Ok(digits.parse::<u32>().unwrap_or(u32::MAX))
+    };
     items
         .chunks_exact(3)
         .map(|m| {
@@ -1269,6 +1276,38 @@ mod tests {
                 parse_acquire("g", bad),
                 Err(Error::Protocol { .. })
             ));
+        }
+    }
+
+    #[test]
+    fn members_replies() {
+        let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        let reply = |items: &[&str]| Value::Array(items.iter().map(|s| bulk(s)).collect());
+        let member = |id: &str, leading, campaigns| Member {
+            id: id.to_owned(),
+            counts: Counts { leading, campaigns },
+        };
+        assert_eq!(
+            parse_members(reply(&["a", "3", "10", "b", "0", "2"])).unwrap(),
+            [member("a", 3, 10), member("b", 0, 2)]
+        );
+        assert_eq!(parse_members(reply(&[])).unwrap(), []);
+        // A count no fleet has saturates instead of failing every round.
+        assert_eq!(
+            parse_members(reply(&["a", "99999999999", "1"])).unwrap(),
+            [member("a", u32::MAX, 1)]
+        );
+        for bad in [
+            reply(&["a", "3"]),
+            reply(&["a", "-1", "2"]),
+            reply(&["a", "", "2"]),
+            Value::Array(vec![bulk("a"), Value::Int(3), bulk("2")]),
+            Value::Int(0),
+        ] {
+            assert!(
+                matches!(parse_members(bad), Err(Error::Protocol { .. })),
+                "accepted"
+            );
         }
     }
 }
