@@ -37,7 +37,10 @@
 //! leader that handed it over takes it back after [`take_back_after`]
 //! (instead of the one-`ttl` cooldown of a `step_down`) and keeps it while
 //! the fleet's layout (its members and their campaign counts) stays the
-//! same. So a group is without a leader for at most that window per
+//! same — unless a member below its share campaigns in every group (as when
+//! all campaign in the same groups): that one wanted the group and could
+//! not take it then (its release notices down, a fault), so a later round
+//! hands a group over again. So a group is without a leader for at most that window per
 //! hand-over (unless a body that started as the hand-over began outlasts
 //! the view: then the lease is left to expire and the leader stays out for
 //! one `ttl`, as after a step-down);
@@ -132,6 +135,20 @@ struct Round {
     /// Another member leads more than its share (a hand-over for the
     /// balance may be under way).
     over: bool,
+    /// Another member below its share campaigns in as many groups as there
+    /// are to share: in every group, as far as the counts tell (always so
+    /// when every instance campaigns in the same groups), so a group handed
+    /// over in vain was not one it does not want — it could not take it
+    /// then (its release notices down, a fault).
+    below_in_all: bool,
+}
+
+/// How many groups there are to share: the most of the total led and the
+/// largest campaign count (a group between leaders still counts).
+fn to_share(members: &[Member]) -> u64 {
+    let led: u64 = members.iter().map(|m| u64::from(m.counts.leading)).sum();
+    let most = members.iter().map(|m| u64::from(m.counts.campaigns)).max();
+    led.max(most.unwrap_or(0))
 }
 
 /// The members' shares (`members` sorted by id): the groups to share —
@@ -141,9 +158,7 @@ struct Round {
 /// Equal inputs give equal shares on every instance.
 fn shares(members: &[Member]) -> Vec<usize> {
     let cap = |i: usize| u64::from(members[i].counts.campaigns);
-    let led: u64 = members.iter().map(|m| u64::from(m.counts.leading)).sum();
-    let most = (0..members.len()).map(cap).max().unwrap_or(0);
-    let mut left = led.max(most);
+    let mut left = to_share(members);
     let mut shares = vec![0u64; members.len()];
     let mut open: Vec<usize> = (0..members.len()).collect();
     while !open.is_empty() {
@@ -260,6 +275,14 @@ impl Balance {
         self.state().round.as_ref().is_some_and(|r| r.over)
     }
 
+    /// Whether a group handed over in vain and taken back should be kept
+    /// (not handed over again while the layout stays the same): unless a
+    /// member below its share campaigns in every group — then it could
+    /// not take it this time, and a later hand-over may succeed.
+    pub(crate) fn keep_taken_back(&self) -> bool {
+        self.state().round.as_ref().is_some_and(|r| !r.below_in_all)
+    }
+
     /// The fleet's layout (live members and their campaign counts): a
     /// number that changes when it does.
     pub(crate) fn epoch(&self) -> u64 {
@@ -287,18 +310,21 @@ impl Balance {
         members.dedup_by(|a, b| a.id == b.id);
         let shares = shares(&members);
         let me = members.iter().position(|m| m.id == self.me);
+        let total = to_share(&members);
         let others = || {
             members
                 .iter()
                 .zip(&shares)
                 .enumerate()
                 .filter(move |(i, _)| Some(*i) != me)
-                .map(|(_, (m, &share))| (m.counts.leading as usize, share))
+                .map(|(_, (m, &share))| (m.counts, share))
         };
         let round = Round {
             share: me.map(|i| shares[i]),
-            below: others().any(|(leading, share)| leading < share),
-            over: others().any(|(leading, share)| leading > share),
+            below: others().any(|(c, share)| (c.leading as usize) < share),
+            over: others().any(|(c, share)| (c.leading as usize) > share),
+            below_in_all: others()
+                .any(|(c, share)| (c.leading as usize) < share && u64::from(c.campaigns) >= total),
         };
         let layout: Vec<(String, u32)> = members
             .iter()
@@ -444,9 +470,15 @@ mod tests {
         assert!(balance.try_shed());
         assert!(!balance.try_shed());
         assert!(!balance.others_over());
+        // b wants only 2 of the 10: what it did not take is kept.
+        assert!(balance.keep_taken_back());
         // The same layout: the same epoch.
         let epoch = balance.epoch();
         balance.set_members(fleet(&[("b", 1, 2), ("a", 9, 10)]), false);
         assert_eq!(balance.epoch(), epoch);
+        // b campaigns in every group: a group it did not take is handed
+        // over again later.
+        balance.set_members(fleet(&[("a", 10, 10), ("b", 0, 10)]), true);
+        assert!(!balance.keep_taken_back());
     }
 }

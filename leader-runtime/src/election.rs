@@ -202,8 +202,19 @@ impl Election {
                     let ready_at = (!wait.is_zero()).then(|| received + wait);
                     let record_known = std::mem::replace(&mut self.record_known, true);
                     if std::mem::take(&mut self.taking_back) {
-                        self.kept = self.balance.as_ref().map(|b| b.epoch());
-                        tracing::info!("nobody below its share took the group handed over for the balance: leading it again, and keeping it while the fleet's members and their groups stay the same");
+                        // Kept only if nobody held the lease since our
+                        // release (no earlier holder's time to wait out:
+                        // one that took it and lost its key would leave
+                        // one) and nobody below its share wants every group.
+                        let b = self
+                            .balance
+                            .as_ref()
+                            .filter(|b| why == SafeStart::No && b.keep_taken_back());
+                        self.kept = b.map(|b| b.epoch());
+                        tracing::info!(
+                            kept = self.kept.is_some(),
+                            "nobody below its share took the group handed over for the balance: leading it again (kept: not handed over again while the fleet's members and their groups stay the same)"
+                        );
                     }
                     return Some(Won {
                         token,
