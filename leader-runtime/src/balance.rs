@@ -27,9 +27,9 @@
 //! weakens safety: a leader over its share, while another member leads
 //! less than its share, hands one group over as `step_down` does (drain
 //! the gated runs, end the view, release), at most [`MOVES_PER_ROUND`] per
-//! `renew_interval`, choosing groups with no gated body running. A follower below its share takes a released group at
-//! once; one at or over its share lets it go to an instance below its share
-//! first: for [`SHARE_GRACE`], or — while a member leads more than its
+//! `renew_interval`, choosing groups with no gated body running. A
+//! follower below its share takes a released group at once; one at or over
+//! its share lets it go to an instance below its share first: for [`SHARE_GRACE`], or — while a member leads more than its
 //! share, so the release may be a hand-over for the balance — for
 //! [`hold_for`], ended by a fresh membership round that puts it below its
 //! share. Instances do not know which groups the others campaign in, so a
@@ -40,18 +40,21 @@
 //! same — unless a member below its share campaigns in every group (as when
 //! all campaign in the same groups): that one wanted the group and could
 //! not take it then (its release notices down, a fault), so a later round
-//! hands a group over again. So a group is without a leader for at most that window per
-//! hand-over (unless a body that started as the hand-over began outlasts
-//! the view: then the lease is left to expire and the leader stays out for
-//! one `ttl`, as after a step-down);
-//! an instance hands a group over in vain at most once per layout; and the
-//! moves stop: the shares settle, or stay uneven where only a chain of
-//! moves through a third instance could even them out. (A follower at its
-//! share whose attempt was already in flight when a group was released may
-//! still win it; it is then over its share and hands over in turn, with the
-//! same bounds.) `once:` groups are never handed over. Expiries (crashes) are taken by whoever comes
-//! first, and the next rounds even the shares out. Every instance must use
-//! the same `ttl` (freshness is read from the entries' expiry).
+//! hands it over again, up to [`VAIN_HAND_OVERS`] times per layout.
+//!
+//! So a group is without a leader for at most that window per hand-over
+//! (unless a body that started as the hand-over began outlasts the view:
+//! then the lease is left to expire and the leader stays out for one
+//! `ttl`, as after a step-down), an instance hands a group over in vain a
+//! bounded number of times per layout, and the moves stop: the shares
+//! settle, or stay uneven where only a chain of moves through a third
+//! instance could even them out. (A follower at its share whose attempt
+//! was already in flight when a group was released may still win it; it is
+//! then over its share and hands over in turn, with the same bounds.)
+//! `once:` groups are never handed over. Expiries (crashes) are taken by
+//! whoever comes first, and the next rounds even the shares out. Every
+//! instance must use the same `ttl` (freshness is read from the entries'
+//! expiry).
 //!
 //! [`ConfigBuilder::balance_leadership`]: crate::ConfigBuilder::balance_leadership
 
@@ -65,6 +68,11 @@ use crate::backend::{within, Backend, Counts, Member};
 
 /// A leader hands over at most this many groups per membership round.
 pub(crate) const MOVES_PER_ROUND: usize = 100;
+
+/// A group taken back after this many hand-overs in vain at one layout is
+/// kept even though a member below its share campaigns in every group (one
+/// that never takes any: wedged).
+pub(crate) const VAIN_HAND_OVERS: u32 = 3;
 
 /// After a release notice, a follower at or over its share waits this long
 /// before trying, so that an instance below its share takes the group — at
@@ -239,26 +247,31 @@ impl Balance {
         }
     }
 
-    /// Whether a leader should hand its group over now: this instance leads
-    /// more than its share (not counting hand-overs under way), another
-    /// member leads less than its share, and the round's moves are not used
-    /// up. Counts the move when it says yes.
-    pub(crate) fn try_shed(&self) -> bool {
+    /// Whether a leader should hand its group over now (`Some`): this
+    /// instance leads more than its share (not counting hand-overs under
+    /// way), another member leads less than its share, and the round's
+    /// moves are not used up. Counts the move when it says yes. The answer
+    /// says whether to keep the group if nobody takes it and it is taken
+    /// back: not when a member below its share campaigns in every group
+    /// (then it wanted the group and could not take it this time — its
+    /// release notices down, a fault — and a later round hands over again).
+    pub(crate) fn try_shed(&self) -> Option<bool> {
         let mut s = self.state();
         let Some(Round {
             share: Some(share),
             below: true,
+            below_in_all,
             ..
         }) = s.round
         else {
-            return false;
+            return None;
         };
         if s.leading - s.shedding.min(s.leading) > share && s.moves_left > 0 {
             s.shedding += 1;
             s.moves_left -= 1;
-            true
+            Some(!below_in_all)
         } else {
-            false
+            None
         }
     }
 
@@ -273,14 +286,6 @@ impl Balance {
     /// a hand-over for the balance, meant for a member below its share.
     pub(crate) fn others_over(&self) -> bool {
         self.state().round.as_ref().is_some_and(|r| r.over)
-    }
-
-    /// Whether a group handed over in vain and taken back should be kept
-    /// (not handed over again while the layout stays the same): unless a
-    /// member below its share campaigns in every group — then it could
-    /// not take it this time, and a later hand-over may succeed.
-    pub(crate) fn keep_taken_back(&self) -> bool {
-        self.state().round.as_ref().is_some_and(|r| !r.below_in_all)
     }
 
     /// The fleet's layout (live members and their campaign counts): a
@@ -460,18 +465,17 @@ mod tests {
         }
         // b campaigns in nothing: nobody could take a group.
         balance.set_members(fleet(&[("a", 10, 10), ("b", 0, 0)]), true);
-        assert!(!balance.try_shed());
+        assert_eq!(balance.try_shed(), None);
         assert!(balance.at_share());
-        // b campaigns in 2: a hands over 2 (its excess), then stops.
+        // b campaigns in 2: a hands over 2 (its excess), then stops; b
+        // wants only 2 of the 10, so what it did not take is kept.
         let epoch = balance.epoch();
         balance.set_members(fleet(&[("a", 10, 10), ("b", 0, 2)]), true);
         assert_ne!(balance.epoch(), epoch, "the layout changed");
-        assert!(balance.try_shed());
-        assert!(balance.try_shed());
-        assert!(!balance.try_shed());
+        assert_eq!(balance.try_shed(), Some(true));
+        assert_eq!(balance.try_shed(), Some(true));
+        assert_eq!(balance.try_shed(), None);
         assert!(!balance.others_over());
-        // b wants only 2 of the 10: what it did not take is kept.
-        assert!(balance.keep_taken_back());
         // The same layout: the same epoch.
         let epoch = balance.epoch();
         balance.set_members(fleet(&[("b", 1, 2), ("a", 9, 10)]), false);
@@ -479,6 +483,8 @@ mod tests {
         // b campaigns in every group: a group it did not take is handed
         // over again later.
         balance.set_members(fleet(&[("a", 10, 10), ("b", 0, 10)]), true);
-        assert!(!balance.keep_taken_back());
+        balance.ended(true);
+        balance.ended(true);
+        assert_eq!(balance.try_shed(), Some(false));
     }
 }

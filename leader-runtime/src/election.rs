@@ -10,7 +10,7 @@ use std::time::Duration;
 use tokio::time::{sleep_until, Instant};
 
 use crate::backend::{self, Acquire, Op, Renew, SafeStart};
-use crate::balance::{hold_for, take_back_after, Balance, SHARE_GRACE};
+use crate::balance::{hold_for, take_back_after, Balance, SHARE_GRACE, VAIN_HAND_OVERS};
 use crate::ctx::{Callback, Ctx};
 use crate::events::{Event, LostReason};
 use crate::group::{Command, Group, MailboxRx};
@@ -55,8 +55,9 @@ pub(crate) async fn run(group: Arc<Group>, ctx: Arc<Ctx>, commands: MailboxRx) {
         record_known: false,
         balance,
         counted: false,
-        taking_back: false,
+        taking_back: None,
         kept: None,
+        vain: (0, 0),
     };
     let span = tracing::info_span!("election", group = %election.group.name, instance = %election.ctx.config.instance_id);
     let _ = tracing::Instrument::instrument(election.run(), span).await;
@@ -82,11 +83,14 @@ struct Election {
     /// Balanced: this group counts as campaigned in (it is eligible).
     counted: bool,
     /// Balanced: after a hand-over for the balance, campaigning to take the
-    /// group back if nobody below its share took it.
-    taking_back: bool,
+    /// group back if nobody below its share took it; whether to keep it
+    /// then (see `Balance::try_shed`).
+    taking_back: Option<bool>,
     /// Balanced: taken back at this layout epoch; not handed over again
     /// while the fleet's layout stays the same.
     kept: Option<u64>,
+    /// Balanced: at this layout epoch, handed over in vain this many times.
+    vain: (u64, u32),
 }
 
 impl Election {
@@ -201,20 +205,8 @@ impl Election {
                         .saw_holder(Some(&self.ctx.config.instance_id));
                     let ready_at = (!wait.is_zero()).then(|| received + wait);
                     let record_known = std::mem::replace(&mut self.record_known, true);
-                    if std::mem::take(&mut self.taking_back) {
-                        // Kept only if nobody held the lease since our
-                        // release (no earlier holder's time to wait out:
-                        // one that took it and lost its key would leave
-                        // one) and nobody below its share wants every group.
-                        let b = self
-                            .balance
-                            .as_ref()
-                            .filter(|b| why == SafeStart::No && b.keep_taken_back());
-                        self.kept = b.map(|b| b.epoch());
-                        tracing::info!(
-                            kept = self.kept.is_some(),
-                            "nobody below its share took the group handed over for the balance: leading it again (kept: not handed over again while the fleet's members and their groups stay the same)"
-                        );
+                    if let Some(keep) = self.taking_back.take() {
+                        self.taken_back(keep, why);
                     }
                     return Some(Won {
                         token,
@@ -227,7 +219,7 @@ impl Election {
                 Ok(Acquire::Held { holder, pttl }) => {
                     self.recovered();
                     self.record_known = true;
-                    self.taking_back = false;
+                    self.taking_back = None;
                     self.saw_paused(false);
                     self.group.observed.saw_holder(Some(&holder));
                     tracing::trace!(%holder, ?pttl, "lease held by another instance");
@@ -283,6 +275,38 @@ impl Election {
                 _ = sleep_until(deadline) => return true,
             }
         }
+    }
+
+    /// Won back a group handed over for the balance; `keep`: keep it (see
+    /// `Balance::try_shed`). Counted in vain only if nobody held the lease
+    /// since our release (no earlier holder's time to wait out: one that
+    /// took it and lost its key would leave one); kept when `keep`, or
+    /// after [`VAIN_HAND_OVERS`] in vain at this layout — a member that
+    /// campaigns in every group but never takes one (wedged) costs each
+    /// group that many take-back windows, not one per round.
+    fn taken_back(&mut self, keep: bool, why: SafeStart) {
+        let Some(b) = &self.balance else {
+            return;
+        };
+        let epoch = b.epoch();
+        if why != SafeStart::No {
+            tracing::info!(
+                "took back the group handed over for the balance after another instance held it"
+            );
+            return;
+        }
+        let (at, n) = &mut self.vain;
+        if *at != epoch {
+            (*at, *n) = (epoch, 0);
+        }
+        *n += 1;
+        if keep || *n >= VAIN_HAND_OVERS {
+            self.kept = Some(epoch);
+        }
+        tracing::info!(
+            kept = self.kept == Some(epoch),
+            "nobody below its share took the group handed over for the balance: leading it again (kept: not handed over again while the fleet's members and their groups stay the same)"
+        );
     }
 
     /// The share grace: [`Self::wait`] for [`SHARE_GRACE`] — for
@@ -464,10 +488,11 @@ impl Election {
                 // running a gated body (the drain would wait for it, and
                 // one that outlasts the view leaves the group leaderless).
                 _ = balance_round(self.balance.as_deref()) => {
-                    if self.balance.as_ref().is_some_and(|b| {
-                        self.kept != Some(b.epoch()) && !self.group.runs.busy() && b.try_shed()
-                    }) {
-                        return self.shed(won.token, tenure, valid_until).await;
+                    let shed = self.balance.as_ref()
+                        .filter(|b| self.kept != Some(b.epoch()) && !self.group.runs.busy())
+                        .and_then(|b| b.try_shed());
+                    if let Some(keep) = shed {
+                        return self.shed(won.token, tenure, valid_until, keep).await;
                     }
                 }
                 _ = sleep_until(wake) => {}
@@ -555,12 +580,14 @@ impl Election {
     /// Hand over for the balance, as a step-down does (drain, end the view,
     /// release), then stay out of the race only until the take-back: if
     /// nobody below its share took the group by then, campaign for it again
-    /// (or until a release notice).
+    /// (or until a release notice); `keep`: keep it then (see
+    /// `Balance::try_shed`).
     async fn shed(
         &mut self,
         token: u64,
         tenure: Option<Arc<Tenure>>,
         valid_until: Instant,
+        keep: bool,
     ) -> Flow {
         tracing::info!("leading more than this instance's share while another leads less than its own: handing over");
         self.shed = true;
@@ -581,7 +608,7 @@ impl Election {
         } else {
             cfg.ttl
         };
-        self.taking_back = drained;
+        self.taking_back = drained.then_some(keep);
         self.cool_down(out_for);
         Flow::Campaign
     }

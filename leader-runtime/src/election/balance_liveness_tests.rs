@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::time::{sleep, Instant};
 
 use crate::backend::{Backend, Counts};
-use crate::balance::take_back_after;
+use crate::balance::{take_back_after, VAIN_HAND_OVERS};
 use crate::names::members_key;
 use crate::test_support::{builder, start, RENEW, RETRY, TTL};
 use crate::{Event, LostReason, MemoryBackend, Runtime};
@@ -343,4 +343,44 @@ async fn a_group_running_a_gated_body_is_not_the_one_handed_over() {
         }
     }
     assert_eq!(lost, ["g1"]);
+}
+
+/// A member that campaigns in every group but never takes one (wedged: its
+/// heartbeat runs, its elections do not). Its share is 4 of 10, so `a` and
+/// `b` hand groups over to it; a group it did not take is handed over
+/// again (it campaigns in every group, so it wanted it: with its notices
+/// down it may take it next time), but at most [`VAIN_HAND_OVERS`] times at
+/// one layout: then kept. The moves stop, each hand-over leaderless at most
+/// for the take-back.
+#[tokio::test(start_paused = true)]
+async fn a_member_that_never_takes_costs_a_bounded_number_of_hand_overs() {
+    let mem = MemoryBackend::new();
+    let (a, b) = (balanced(&mem, "a"), balanced(&mem, "b"));
+    join(&a, &names()).await;
+    join(&b, &names()).await;
+    watch(&[&a, &b], TTL * 4).await;
+    assert_eq!((led(&a), led(&b)), (5, 5));
+    let mut events = [a.subscribe(), b.subscribe()];
+    let wedged = phantom(&mem, "0", GROUPS as u32);
+    let settling = watch(&[&a, &b], TTL * 15).await;
+    let moves: usize = events.iter_mut().map(hand_overs).sum();
+    let settled = watch(&[&a, &b], TTL * 10).await;
+    println!("settling {settling:?} ({moves} hand-overs), settled {settled:?}");
+    let bound = take_back_after(a.config().call_timeout());
+    assert!(settling.longest <= bound + STEP, "{settling:?}");
+    assert!(moves > GROUPS / 2, "handed over again: {moves}");
+    // At most VAIN_HAND_OVERS per group by each instance.
+    assert!(
+        moves <= 2 * VAIN_HAND_OVERS as usize * GROUPS,
+        "{moves} hand-overs"
+    );
+    assert_eq!(settled.leaderless, 0, "{settled:?}");
+    assert_eq!(
+        events.iter_mut().map(hand_overs).sum::<usize>(),
+        0,
+        "settled"
+    );
+    // Where the groups ended depends on attempts in flight (see above).
+    assert_eq!(led(&a) + led(&b), GROUPS);
+    wedged.abort();
 }
