@@ -193,7 +193,7 @@ async fn the_membership_script_lists_each_members_counts() {
     let server = RedisServer::start().await.unwrap();
     let now = server_ms(&server).await;
     let stale = format!("{} 1 1", now + 200);
-    let later = format!("{} 4 6 something-new", now + 60_000);
+    let later = format!("{} 4 6 something-new", now + 1400);
     for (id, value) in [
         ("expired", "1 5 5"),
         ("junk", "not an entry"),
@@ -235,6 +235,39 @@ async fn the_membership_script_lists_each_members_counts() {
         .await
         .unwrap();
     assert_eq!(found, Reply::Integer(0));
+}
+
+/// An entry that expires later than any member of a fleet sharing one
+/// `ttl` can (written by hand, by another deployment on the same prefix,
+/// or a number too large for the server's clock) is not a live member: it
+/// would otherwise count forever, as a member below its share that never
+/// takes a group, and every change of the fleet would cost each group a
+/// leader over its share holds up to `VAIN_HAND_OVERS` leaderless
+/// take-back windows. Fails when the script lists every unexpired entry.
+#[tokio::test]
+async fn an_entry_that_outlives_the_fleets_ttl_is_not_a_member() {
+    let server = RedisServer::start().await.unwrap();
+    let now = server_ms(&server).await;
+    let beyond = format!("{} 0 30", now + 60_000);
+    let huge = format!("{} 0 30", "9".repeat(400));
+    for (id, value) in [
+        ("beyond", beyond.as_str()),
+        ("forever", "99999999999999999999 0 30"),
+        ("huge", huge.as_str()),
+    ] {
+        server
+            .cmd(&["HSET", "leader:balance", id, value])
+            .await
+            .unwrap();
+    }
+    assert_eq!(
+        members(&server, "a", 1500, 3, 30).await,
+        [entry("a", "3", "30")]
+    );
+    assert_eq!(
+        members(&server, "b", 1500, 0, 30).await,
+        [entry("a", "3", "30"), entry("b", "0", "30")]
+    );
 }
 
 /// Issue 15 on a real Redis: `a` campaigns in 30 groups, `b` in 5 of them
