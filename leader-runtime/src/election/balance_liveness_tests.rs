@@ -384,3 +384,51 @@ async fn a_member_that_never_takes_costs_a_bounded_number_of_hand_overs() {
     assert_eq!(led(&a) + led(&b), GROUPS);
     wedged.abort();
 }
+
+/// A hand-over nobody takes is kept while the members below their share
+/// stay the same — not handed over again whenever some other member's
+/// campaign count changes. `a` leads its own 10 groups; `b` wants 5 groups
+/// nobody here campaigns in (stays below its share); `c` leads every group
+/// it campaigns in (at its share), and calls a new group or forgets one
+/// every renew interval (groups that come and go: per-job names). The
+/// fleet-wide layout changes every round, but nothing `a` could hand over
+/// would find a taker that it did not already: after the first hand-overs
+/// (each group once), none. Fails when the kept groups are forgotten at
+/// every change of any member's campaign count (`a` hands its 5 excess
+/// groups over again every round, each leaderless for the take-back).
+#[tokio::test(start_paused = true)]
+async fn a_kept_group_stays_kept_while_an_unrelated_member_changes_its_groups() {
+    let mem = MemoryBackend::new();
+    let a = balanced(&mem, "a");
+    let mut events = a.subscribe();
+    join(&a, &names()).await;
+    sleep(TTL * 2).await;
+    assert_eq!(led(&a), GROUPS);
+    let b = phantom(&mem, "b", 5);
+    let backend = Backend::Memory(mem.clone());
+    let c = tokio::spawn(async move {
+        for round in 0u32.. {
+            let n = 1 + round % 2;
+            let counts = Counts {
+                leading: n,
+                campaigns: n,
+            };
+            let _ = backend
+                .members(&members_key("leader"), "c", TTL, TTL, counts)
+                .await;
+            sleep(RENEW).await;
+        }
+    });
+    let settling = watch(&[&a], TTL * 5).await;
+    let first = hand_overs(&mut events);
+    println!("settling {settling:?} ({first} hand-overs)");
+    assert!(first > 0, "a handed over");
+    assert!(first <= GROUPS, "each group once at most: {first}");
+    let settled = watch(&[&a], TTL * 10).await;
+    let again = hand_overs(&mut events);
+    println!("settled {settled:?} ({again} hand-overs)");
+    assert_eq!(again, 0, "handed over again: {settled:?}");
+    assert_eq!(settled.leaderless, 0, "{settled:?}");
+    b.abort();
+    c.abort();
+}
