@@ -36,9 +36,10 @@
 //! hand-over may find nobody below its share who wants the group: then the
 //! leader that handed it over takes it back after [`take_back_after`]
 //! (instead of the one-`ttl` cooldown of a `step_down`) and keeps it while
-//! the fleet's layout (its members and their campaign counts) stays the
-//! same — unless a member below its share campaigns in every group (as when
-//! all campaign in the same groups): that one wanted the group and could
+//! the fleet's layout (the other members below their share and their
+//! campaign counts: those that could take a group) stays the same —
+//! unless a member below its share campaigns in every group (as when all
+//! campaign in the same groups): that one wanted the group and could
 //! not take it then (its release notices down, a fault), so a later round
 //! hands it over again, up to [`VAIN_HAND_OVERS`] times per layout.
 //!
@@ -125,8 +126,11 @@ struct State {
     round: Option<Round>,
     /// Hand-overs left in this round.
     moves_left: usize,
-    /// The live members and their campaign counts, by id: a group handed
-    /// over in vain is kept while this stays the same.
+    /// The other members below their share and their campaign counts, by
+    /// id: a group handed over in vain is kept while this stays the same.
+    /// Not the whole fleet: a member at its share takes no hand-over, and
+    /// a change of its groups (ones that come and go) would make every
+    /// leader over its share hand its kept groups over again, each round.
     layout: Vec<(String, u32)>,
     /// Counts the changes of `layout`.
     epoch: u64,
@@ -288,8 +292,8 @@ impl Balance {
         self.state().round.as_ref().is_some_and(|r| r.over)
     }
 
-    /// The fleet's layout (live members and their campaign counts): a
-    /// number that changes when it does.
+    /// The fleet's layout (the other members below their share and their
+    /// campaign counts): a number that changes when it does.
     pub(crate) fn epoch(&self) -> u64 {
         self.state().epoch
     }
@@ -333,7 +337,10 @@ impl Balance {
         };
         let layout: Vec<(String, u32)> = members
             .iter()
-            .map(|m| (m.id.clone(), m.counts.campaigns))
+            .zip(&shares)
+            .enumerate()
+            .filter(|&(i, (m, &share))| Some(i) != me && (m.counts.leading as usize) < share)
+            .map(|(_, (m, _))| (m.id.clone(), m.counts.campaigns))
             .collect();
         let mut s = self.state();
         s.round = Some(round);

@@ -410,13 +410,14 @@ impl ConfigBuilder {
     /// share). Instances do not know which groups the others campaign in:
     /// if nobody took a group handed over for the balance within
     /// 2 × 50 ms + `call_timeout`, the instance that handed it over takes
-    /// it back, and keeps it as long as the members and the numbers of
-    /// groups they campaign in stay the same (when the instance below its
-    /// share campaigns in every group, it wanted the group: the hand-over
-    /// is tried again at a later round, up to 3 times). So balancing leaves
+    /// it back, and keeps it as long as the instances below their share
+    /// and the numbers of groups they campaign in stay the same (when the
+    /// instance below its share campaigns in every group, it wanted the
+    /// group: the hand-over is tried again at a later round, up to 3
+    /// times). So balancing leaves
     /// a group without a leader for at most that window per hand-over (2.1 s
     /// with the default timings), an instance hands a group over in vain a
-    /// bounded number of times while the fleet stays the same, and the
+    /// bounded number of times while those stay the same, and the
     /// moves stop; where group sets differ, an uneven
     /// split that only a chain of moves through a third instance could
     /// even out stays. A [`Runtime::step_down`](crate::Runtime::step_down)

@@ -87,7 +87,8 @@ struct Election {
     /// then (see `Balance::try_shed`).
     taking_back: Option<bool>,
     /// Balanced: taken back at this layout epoch; not handed over again
-    /// while the fleet's layout stays the same.
+    /// while the fleet's layout (the members below their share and their
+    /// campaign counts) stays the same.
     kept: Option<u64>,
     /// Balanced: at this layout epoch, handed over in vain this many times.
     vain: (u64, u32),
@@ -305,7 +306,7 @@ impl Election {
         }
         tracing::info!(
             kept = self.kept == Some(epoch),
-            "nobody below its share took the group handed over for the balance: leading it again (kept: not handed over again while the fleet's members and their groups stay the same)"
+            "nobody below its share took the group handed over for the balance: leading it again (kept: not handed over again while the members below their share and their groups stay the same)"
         );
     }
 
