@@ -495,3 +495,57 @@ mod tests {
         assert_eq!(balance.try_shed(), Some(false));
     }
 }
+
+/// The heartbeat on a real Redis whose membership key turns into another
+/// type (or whose ACL stops allowing the script): every refresh fails.
+#[cfg(test)]
+mod failing_tests {
+    use std::time::Duration;
+
+    use leader_testkit::RedisServer;
+    use tokio::time::{sleep, Instant};
+
+    use crate::{Config, Runtime};
+
+    /// Once the refreshes have failed for longer than the others still
+    /// count this instance, it balances no more (as before its first
+    /// round): a stale round would keep it at a share and holding off
+    /// released groups for good. Fails when the last round stays in force.
+    #[tokio::test]
+    async fn a_membership_that_keeps_failing_means_no_balancing() {
+        let server = RedisServer::start().await.unwrap();
+        let rt = Runtime::new(
+            Config::builder()
+                .redis_url(server.url())
+                .ttl(Duration::from_millis(1500))
+                .renew_interval(Duration::from_millis(300))
+                .instance_id("a")
+                .balance_leadership(true)
+                .build()
+                .unwrap(),
+        )
+        .unwrap();
+        for g in ["g0", "g1"] {
+            rt.is_leader(g);
+        }
+        let balance = rt.ctx().balance.clone().unwrap();
+        let end = Instant::now() + Duration::from_secs(10);
+        while !balance.at_share() {
+            assert!(Instant::now() < end, "never at its share");
+            sleep(Duration::from_millis(10)).await;
+        }
+        server
+            .cmd(&["SET", "leader:balance", "junk"])
+            .await
+            .unwrap();
+        // The others stop counting it `renew_interval + call_timeout` after
+        // its last refresh; a round may have been under way.
+        let cfg = rt.config();
+        sleep(cfg.renew_interval() * 3 + cfg.call_timeout() * 2).await;
+        assert!(!balance.at_share(), "still balancing on a stale round");
+        assert!(!balance.others_over());
+        // Elections go on.
+        assert!(rt.is_leader("g0") && rt.is_leader("g1"));
+        rt.shutdown().await;
+    }
+}
