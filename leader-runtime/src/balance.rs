@@ -311,6 +311,14 @@ impl Balance {
         let _ = tokio::time::timeout(limit, self.left.cancelled()).await;
     }
 
+    /// The membership has failed for longer than the others count this
+    /// instance: no balancing (as before the first round) until it works
+    /// again — a stale round would keep this instance at a share and
+    /// holding off released groups for good.
+    fn forget_round(&self) {
+        self.state().round = None;
+    }
+
     /// A membership round: the live members and what they published;
     /// `new_moves`: the round's hand-overs start again (once per
     /// `renew_interval`, not on the rounds followers ask for).
@@ -373,6 +381,7 @@ pub(crate) fn spawn_heartbeat(
     tokio::spawn(async move {
         let mut failing = false;
         let mut moves_from: Option<tokio::time::Instant> = None;
+        let mut last_ok: Option<tokio::time::Instant> = None;
         loop {
             let refresh = within(
                 "members",
@@ -387,6 +396,7 @@ pub(crate) fn spawn_heartbeat(
                 Ok(members) => {
                     failing = false;
                     let now = tokio::time::Instant::now();
+                    last_ok = Some(now);
                     let new_moves = moves_from.is_none_or(|t| now >= t + every);
                     if new_moves {
                         moves_from = Some(now);
@@ -399,6 +409,13 @@ pub(crate) fn spawn_heartbeat(
                     tracing::warn!(error = %e, "membership refresh failed; balancing on the last known members");
                 }
                 Err(e) => tracing::debug!(error = %e, "membership refresh failed again"),
+            }
+            // Failing for longer than the others count this instance: its
+            // last round no longer describes the fleet.
+            if failing && last_ok.is_some_and(|t| t.elapsed() >= fresh) {
+                last_ok = None;
+                balance.forget_round();
+                tracing::warn!("membership refresh failing for longer than the others count this instance: not balancing until it works again");
             }
             tokio::select! {
                 _ = stop.cancelled() => break,
