@@ -9,7 +9,7 @@
 --          fleet shares one ttl: its entry expires after now + ARGV[2] -
 --          ARGV[3]); an entry not refreshed since (a crashed instance) still
 --          waits for its expiry, but is not listed; nor is an entry that
---          expires after now + ARGV[2]
+--          expires after now + ARGV[2] + ARGV[3]
 -- ARGV[4]  how many groups we lead (ignored when leaving)
 -- ARGV[5]  how many groups we campaign in (ignored when leaving)
 -- returns  a flat list: id, leading, campaigns of each live member
@@ -24,12 +24,14 @@ else
   redis.call('HSET', KEYS[1], ARGV[1], string.format('%d %d %d', now + ttl, tonumber(ARGV[4]), tonumber(ARGV[5])))
 end
 local live_after = now + math.max(ttl - tonumber(ARGV[3]), 0)
--- The fleet shares one ttl: no live member's entry expires after ours. One
--- that does (written by hand or by another deployment on this prefix, a
--- number beyond any clock) is not listed: it would count for ever as a
--- member that never takes a group. Not deleted: a member whose ttl is
--- wrongly larger keeps its entry (it lists itself; the others do not).
-local live_until = now + ttl
+-- The fleet shares one ttl: no live member's entry expires after ours (the
+-- ARGV[3] of slack: a server clock stepped back a little, as after a
+-- failover, drops no live member). One that does (written by hand or by
+-- another deployment on this prefix, a number beyond any clock) is not
+-- listed: it would count for ever as a member that never takes a group.
+-- Not deleted: a member whose ttl is wrongly larger keeps its entry (it
+-- lists itself; the others do not).
+local live_until = now + ttl + tonumber(ARGV[3])
 local entries = redis.call('HGETALL', KEYS[1])
 local live = {}
 for i = 1, #entries, 2 do

@@ -424,8 +424,9 @@ impl MemoryBackend {
         // Refreshed within `fresh`: it expires later than `ttl - fresh` from now.
         let ttl = refresh.map_or(Duration::ZERO, |(ttl, _)| ttl);
         let live_after = now + ttl.saturating_sub(fresh);
-        // As `members.lua`: none expires after ours (the fleet shares one ttl).
-        let live_until = now + ttl;
+        // As `members.lua`: none expires after ours (the fleet shares one
+        // ttl), give or take `fresh`.
+        let live_until = now + ttl + fresh;
         set.iter()
             .filter(|(_, (until, _))| *until > live_after && *until <= live_until)
             .map(|(id, (_, counts))| Member {
