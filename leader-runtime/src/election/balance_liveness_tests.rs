@@ -163,13 +163,23 @@ async fn groups_out_of_the_race_do_not_count() {
 /// A `once:` group is outside the balance: a balanced runtime whose share
 /// is smaller than what it leads never hands over the lease a run-once body
 /// runs under (the body would lose its lease mid-run and its result would
-/// not be recorded).
+/// not be recorded). The body's gated run (no hand-over of a busy group)
+/// guards it too: the test fails when both the `once:` filter and the busy
+/// check are taken out (it could not fail before: with `b` alone leading
+/// and no member below its share, nothing was ever handed over).
 #[tokio::test(start_paused = true)]
 async fn a_once_runners_lease_is_never_handed_over_mid_body() {
     let mem = MemoryBackend::new();
-    // `a` is first by id: with `b` counting the once group as one of its
-    // own, `b`'s share would be 0 of 1.
+    // `a` campaigns in g0, which `c` (not balanced, no member) leads: were
+    // the once group counted, `b` would lead 1 of 1 group to share, and
+    // `a`, first by id, would get that 1 — `b` over its share (0) while
+    // `a` is below its own, so `b` would hand the lease over mid-body.
+    let c = start(builder(&mem, "c").retry_interval(RETRY));
+    join(&c, &names()[..1]).await;
+    sleep(TTL).await;
+    assert!(leads(&c, "g0"));
     let (a, b) = (balanced(&mem, "a"), balanced(&mem, "b"));
+    join(&a, &names()[..1]).await;
     let mut events = b.subscribe();
     sleep(TTL).await;
     let record = b
@@ -191,6 +201,7 @@ async fn a_once_runners_lease_is_never_handed_over_mid_body() {
         [("once:migrate".to_owned(), LostReason::SteppedDown)],
         "{lost:?}"
     );
+    assert!(leads(&c, "g0"));
     drop(a);
 }
 
