@@ -1,27 +1,60 @@
 //! Balanced leadership (opt-in: [`ConfigBuilder::balance_leadership`]): each
-//! of N live instances leads its share of the G groups, ⌊G/N⌋ or ⌈G/N⌉.
+//! of N live instances leads its share of the groups — ⌊G/N⌋ or ⌈G/N⌉ when
+//! they all campaign in the same G groups.
 //!
-//! Membership comes from the backend: a sorted set `{prefix}:members` of
-//! instance ids scored by when they expire, which every instance refreshes
-//! once per `renew_interval` (one call) and leaves on shutdown, before its
-//! groups release (so the others, asking for a fresh round on the release
-//! notices, take them at once). A crashed instance no longer counts once it
-//! missed a refresh (`renew_interval` + `call_timeout` after its last one;
-//! with the default timings, before its leases expire): the groups it led
-//! are taken by instances that count without it, with no hand-over churn
-//! while its entry waits for its expiry (`ttl`). The instances sorted by id
-//! take the shares in turn: the first `G mod N` lead ⌈G/N⌉, the others ⌊G/N⌋,
-//! so the shares add up to G and every instance computes the same ones.
+//! Membership comes from the backend: a hash `{prefix}:balance` of instance
+//! id → "expiry leading campaigns" (one key: one hash slot on a cluster),
+//! which every instance refreshes once per `renew_interval` (one call),
+//! publishing how many groups it leads and how many it campaigns in
+//! (eligible ones, `once:` groups left out), and leaves on shutdown, before
+//! its groups release (so the others, asking for a fresh round on the
+//! release notices, take them at once). A crashed instance no longer counts
+//! once it missed a refresh (`renew_interval` + `call_timeout` after its
+//! last one; with the default timings, before its leases expire): the
+//! groups it led are taken by instances that count without it, with no
+//! hand-over churn while its entry waits for its expiry (`ttl`).
+//!
+//! The shares come from figures every instance reads the same: the groups
+//! to share are the most of the total led and the largest campaign count
+//! (so a group between leaders is still counted), split as evenly as the
+//! members' campaign counts allow — a member gets at most the number of
+//! groups it campaigns in, the rest is split over the others (water
+//! filling); the members sorted by id take the odd groups in turn. With the
+//! same G groups everywhere that is ⌊G/N⌋ or ⌈G/N⌉, the first `G mod N` by
+//! id taking ⌈G/N⌉.
 //!
 //! Leadership moves only through the ordinary protocol, so balancing never
-//! weakens safety: a leader over its share hands one group over as
-//! `step_down` does (drain the gated runs, end the view, release; then stay
-//! out of that group's race for one `ttl`), at most [`MOVES_PER_ROUND`] per
-//! `renew_interval`; a follower at or over its share lets a released group
-//! go to an instance below its share first ([`SHARE_GRACE`]). Expiries
-//! (crashes) are taken by whoever comes first, and the next rounds even the
-//! shares out. Every instance must join the same groups and use the same
-//! `ttl` (freshness is read from the entries' expiry).
+//! weakens safety: a leader over its share, while another member leads
+//! less than its share, hands one group over as `step_down` does (drain
+//! the gated runs, end the view, release), at most [`MOVES_PER_ROUND`] per
+//! `renew_interval`, choosing groups with no gated body running. A
+//! follower below its share takes a released group at once; one at or over
+//! its share lets it go to an instance below its share first: for [`SHARE_GRACE`], or — while a member leads more than its
+//! share, so the release may be a hand-over for the balance — for
+//! [`hold_for`], ended by a fresh membership round that puts it below its
+//! share. Instances do not know which groups the others campaign in, so a
+//! hand-over may find nobody below its share who wants the group: then the
+//! leader that handed it over takes it back after [`take_back_after`]
+//! (instead of the one-`ttl` cooldown of a `step_down`) and keeps it while
+//! the fleet's layout (its members and their campaign counts) stays the
+//! same — unless a member below its share campaigns in every group (as when
+//! all campaign in the same groups): that one wanted the group and could
+//! not take it then (its release notices down, a fault), so a later round
+//! hands it over again, up to [`VAIN_HAND_OVERS`] times per layout.
+//!
+//! So a group is without a leader for at most that window per hand-over
+//! (unless a body that started as the hand-over began outlasts the view:
+//! then the lease is left to expire and the leader stays out for one
+//! `ttl`, as after a step-down), an instance hands a group over in vain a
+//! bounded number of times per layout, and the moves stop: the shares
+//! settle, or stay uneven where only a chain of moves through a third
+//! instance could even them out. (A follower at its share whose attempt
+//! was already in flight when a group was released may still win it; it is
+//! then over its share and hands over in turn, with the same bounds.)
+//! `once:` groups are never handed over. Expiries (crashes) are taken by
+//! whoever comes first, and the next rounds even the shares out. Every
+//! instance must use the same `ttl` (freshness is read from the entries'
+//! expiry).
 //!
 //! [`ConfigBuilder::balance_leadership`]: crate::ConfigBuilder::balance_leadership
 
@@ -31,16 +64,40 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use crate::backend::{within, Backend};
+use crate::backend::{within, Backend, Counts, Member};
 
 /// A leader hands over at most this many groups per membership round.
 pub(crate) const MOVES_PER_ROUND: usize = 100;
+
+/// A group taken back after this many hand-overs in vain at one layout is
+/// kept even though a member below its share campaigns in every group (one
+/// that never takes any: wedged).
+pub(crate) const VAIN_HAND_OVERS: u32 = 3;
 
 /// After a release notice, a follower at or over its share waits this long
 /// before trying, so that an instance below its share takes the group — at
 /// most: it asks for a membership round, and one that puts it below its
 /// share (the releaser left) ends the wait.
 pub(crate) const SHARE_GRACE: Duration = Duration::from_millis(50);
+
+/// After a hand-over for the balance, the leader that handed a group over
+/// campaigns for it again this long after its release (if nobody took it),
+/// instead of staying out for one `ttl`: enough for a member below its
+/// share to hear the release notice, wait out a share grace on a stale
+/// round, ask for a fresh one and acquire (`call_timeout` bounds each call).
+pub(crate) fn take_back_after(call_timeout: Duration) -> Duration {
+    SHARE_GRACE * 2 + call_timeout
+}
+
+/// How long a follower at or over its share stays away from a released
+/// group while another member leads more than its share (the release may be
+/// a hand-over for the balance): longer than [`take_back_after`], so that
+/// the group goes to a member below its share or back to the leader that
+/// handed it over, never to a third instance at its share (which would then
+/// be over its share and hand over in turn).
+pub(crate) fn hold_for(call_timeout: Duration) -> Duration {
+    take_back_after(call_timeout) + SHARE_GRACE
+}
 
 /// What one runtime knows of the balance.
 pub(crate) struct Balance {
@@ -58,28 +115,81 @@ pub(crate) struct Balance {
 
 #[derive(Default)]
 struct State {
-    /// Groups this runtime campaigns in.
-    groups: usize,
-    /// Groups it holds the lease of.
+    /// Groups this runtime campaigns in (eligible, not `once:`).
+    campaigns: usize,
+    /// Groups it holds the lease of (not `once:`).
     leading: usize,
     /// Of those, being handed over for the balance.
     shedding: usize,
-    /// Live members by id (this instance included once it joined).
-    members: Vec<String>,
+    /// What the last membership round says (none before the first).
+    round: Option<Round>,
     /// Hand-overs left in this round.
     moves_left: usize,
+    /// The live members and their campaign counts, by id: a group handed
+    /// over in vain is kept while this stays the same.
+    layout: Vec<(String, u32)>,
+    /// Counts the changes of `layout`.
+    epoch: u64,
 }
 
-impl State {
-    /// This instance's share: ⌊G/N⌋, plus one for the first `G mod N`
-    /// members by id. Before the first round: every group.
-    fn share(&self, me: &str) -> usize {
-        let n = self.members.len();
-        let Some(rank) = self.members.iter().position(|m| m == me) else {
-            return self.groups;
-        };
-        self.groups / n + usize::from(rank < self.groups % n)
+/// This instance's view of one membership round.
+struct Round {
+    /// Its share (`None`: it is not among the live members, e.g. its own
+    /// refresh is not listed yet).
+    share: Option<usize>,
+    /// Another member leads fewer groups than its share (so it campaigns in
+    /// more than it leads: it could take one).
+    below: bool,
+    /// Another member leads more than its share (a hand-over for the
+    /// balance may be under way).
+    over: bool,
+    /// Another member below its share campaigns in as many groups as there
+    /// are to share: in every group, as far as the counts tell (always so
+    /// when every instance campaigns in the same groups), so a group handed
+    /// over in vain was not one it does not want — it could not take it
+    /// then (its release notices down, a fault).
+    below_in_all: bool,
+}
+
+/// How many groups there are to share: the most of the total led and the
+/// largest campaign count (a group between leaders still counts).
+fn to_share(members: &[Member]) -> u64 {
+    let led: u64 = members.iter().map(|m| u64::from(m.counts.leading)).sum();
+    let most = members.iter().map(|m| u64::from(m.counts.campaigns)).max();
+    led.max(most.unwrap_or(0))
+}
+
+/// The members' shares (`members` sorted by id): the groups to share —
+/// the most of the total led and the largest campaign count — split as
+/// evenly as possible with no member above its campaign count (water
+/// filling), the first by id of the uncapped members taking the odd ones.
+/// Equal inputs give equal shares on every instance.
+fn shares(members: &[Member]) -> Vec<usize> {
+    let cap = |i: usize| u64::from(members[i].counts.campaigns);
+    let mut left = to_share(members);
+    let mut shares = vec![0u64; members.len()];
+    let mut open: Vec<usize> = (0..members.len()).collect();
+    while !open.is_empty() {
+        let k = open.len() as u64;
+        // Those who campaign in no more than an even split take all theirs.
+        let (capped, rest): (Vec<usize>, Vec<usize>) =
+            open.iter().partition(|&&i| cap(i) * k <= left);
+        if capped.is_empty() {
+            for (rank, &i) in open.iter().enumerate() {
+                shares[i] = left / k + u64::from((rank as u64) < left % k);
+            }
+            break;
+        }
+        for i in capped {
+            shares[i] = cap(i);
+            left = left.saturating_sub(cap(i));
+        }
+        open = rest;
     }
+    shares
+        .into_iter()
+        .map(|s| usize::try_from(s).unwrap_or(usize::MAX))
+        .collect()
 }
 
 impl Balance {
@@ -97,14 +207,20 @@ impl Balance {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// An election started (`true`) or ended (`false`).
+    /// An election started campaigning (`true`: an eligible group) or
+    /// stopped (`false`: ended, or out of the race).
     pub(crate) fn campaigning(&self, yes: bool) {
         let mut s = self.state();
         if yes {
-            s.groups += 1;
+            s.campaigns += 1;
         } else {
-            s.groups = s.groups.saturating_sub(1);
+            s.campaigns = s.campaigns.saturating_sub(1);
         }
+        drop(s);
+        // Publish it soon (many changes at once make one round): an
+        // instance that starts its groups after its first refresh would
+        // otherwise count as campaigning in none for one renew interval.
+        self.ask_round();
     }
 
     /// A leadership began (the lease is ours).
@@ -121,25 +237,61 @@ impl Balance {
         }
     }
 
-    /// Whether a leader should hand its group over now: this instance leads
-    /// more than its share (not counting hand-overs under way), and the
-    /// round's moves are not used up. Counts the move when it says yes.
-    pub(crate) fn try_shed(&self) -> bool {
+    /// What this instance publishes with its next refresh.
+    fn counts(&self) -> Counts {
+        let s = self.state();
+        let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+        Counts {
+            leading: count(s.leading),
+            campaigns: count(s.campaigns),
+        }
+    }
+
+    /// Whether a leader should hand its group over now (`Some`): this
+    /// instance leads more than its share (not counting hand-overs under
+    /// way), another member leads less than its share, and the round's
+    /// moves are not used up. Counts the move when it says yes. The answer
+    /// says whether to keep the group if nobody takes it and it is taken
+    /// back: not when a member below its share campaigns in every group
+    /// (then it wanted the group and could not take it this time — its
+    /// release notices down, a fault — and a later round hands over again).
+    pub(crate) fn try_shed(&self) -> Option<bool> {
         let mut s = self.state();
-        let share = s.share(&self.me);
+        let Some(Round {
+            share: Some(share),
+            below: true,
+            below_in_all,
+            ..
+        }) = s.round
+        else {
+            return None;
+        };
         if s.leading - s.shedding.min(s.leading) > share && s.moves_left > 0 {
             s.shedding += 1;
             s.moves_left -= 1;
-            true
+            Some(!below_in_all)
         } else {
-            false
+            None
         }
     }
 
     /// Whether this instance leads its share or more already.
     pub(crate) fn at_share(&self) -> bool {
         let s = self.state();
-        s.leading >= s.share(&self.me)
+        let share = s.round.as_ref().and_then(|r| r.share);
+        share.is_some_and(|share| s.leading >= share)
+    }
+
+    /// Whether another member leads more than its share: a release may be
+    /// a hand-over for the balance, meant for a member below its share.
+    pub(crate) fn others_over(&self) -> bool {
+        self.state().round.as_ref().is_some_and(|r| r.over)
+    }
+
+    /// The fleet's layout (live members and their campaign counts): a
+    /// number that changes when it does.
+    pub(crate) fn epoch(&self) -> u64 {
+        self.state().epoch
     }
 
     /// Ask the heartbeat for a membership round now; many asks before it
@@ -155,14 +307,40 @@ impl Balance {
         let _ = tokio::time::timeout(limit, self.left.cancelled()).await;
     }
 
-    /// A membership round: the live members' ids; `new_moves`: the
-    /// round's hand-overs start again (once per `renew_interval`, not on
-    /// the rounds followers ask for).
-    pub(crate) fn set_members(&self, mut members: Vec<String>, new_moves: bool) {
-        members.sort();
-        members.dedup();
+    /// A membership round: the live members and what they published;
+    /// `new_moves`: the round's hand-overs start again (once per
+    /// `renew_interval`, not on the rounds followers ask for).
+    pub(crate) fn set_members(&self, mut members: Vec<Member>, new_moves: bool) {
+        members.sort_by(|a, b| a.id.cmp(&b.id));
+        members.dedup_by(|a, b| a.id == b.id);
+        let shares = shares(&members);
+        let me = members.iter().position(|m| m.id == self.me);
+        let total = to_share(&members);
+        let others = || {
+            members
+                .iter()
+                .zip(&shares)
+                .enumerate()
+                .filter(move |(i, _)| Some(*i) != me)
+                .map(|(_, (m, &share))| (m.counts, share))
+        };
+        let round = Round {
+            share: me.map(|i| shares[i]),
+            below: others().any(|(c, share)| (c.leading as usize) < share),
+            over: others().any(|(c, share)| (c.leading as usize) > share),
+            below_in_all: others()
+                .any(|(c, share)| (c.leading as usize) < share && u64::from(c.campaigns) >= total),
+        };
+        let layout: Vec<(String, u32)> = members
+            .iter()
+            .map(|m| (m.id.clone(), m.counts.campaigns))
+            .collect();
         let mut s = self.state();
-        s.members = members;
+        s.round = Some(round);
+        if layout != s.layout {
+            s.layout = layout;
+            s.epoch += 1;
+        }
         if new_moves {
             s.moves_left = MOVES_PER_ROUND;
         }
@@ -192,7 +370,7 @@ pub(crate) fn spawn_heartbeat(
             let refresh = within(
                 "members",
                 limit,
-                backend.members(&key, &balance.me, ttl, fresh),
+                backend.members(&key, &balance.me, ttl, fresh, balance.counts()),
             );
             let round = tokio::select! {
                 _ = stop.cancelled() => break,
@@ -226,4 +404,87 @@ pub(crate) fn spawn_heartbeat(
         }
         balance.left.cancel();
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fleet(members: &[(&str, u32, u32)]) -> Vec<Member> {
+        members
+            .iter()
+            .map(|&(id, leading, campaigns)| Member {
+                id: id.to_owned(),
+                counts: Counts { leading, campaigns },
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_same_groups_everywhere_split_evenly_by_id() {
+        // 10 over 3, whoever leads what (and while some are between leaders).
+        for leading in [(10, 0, 0), (4, 3, 3), (0, 0, 0), (3, 3, 3)] {
+            let (a, b, c) = leading;
+            let f = fleet(&[("a", a, 10), ("b", b, 10), ("c", c, 10)]);
+            assert_eq!(shares(&f), [4, 3, 3], "{leading:?}");
+        }
+    }
+
+    #[test]
+    fn a_member_gets_no_more_than_it_campaigns_in() {
+        // b campaigns in 2 of a's 10.
+        assert_eq!(shares(&fleet(&[("a", 10, 10), ("b", 0, 2)])), [8, 2]);
+        // c in 1 of the 10 a and b share.
+        let f = fleet(&[("a", 5, 10), ("b", 5, 10), ("c", 0, 1)]);
+        assert_eq!(shares(&f), [5, 4, 1]);
+        // A member that campaigns in nothing (it has not called any group
+        // yet, or made them all not eligible) gets nothing.
+        assert_eq!(shares(&fleet(&[("a", 10, 10), ("b", 0, 0)])), [10, 0]);
+    }
+
+    #[test]
+    fn disjoint_groups_count_what_is_led() {
+        // a campaigns in g0..g4, b in g5..g9: 10 groups, 5 each.
+        assert_eq!(shares(&fleet(&[("a", 5, 5), ("b", 5, 5)])), [5, 5]);
+        // More led than anyone campaigns in: everyone at their count.
+        assert_eq!(shares(&fleet(&[("a", 3, 3), ("b", 9, 9)])), [3, 9]);
+    }
+
+    #[test]
+    fn no_members_no_shares() {
+        assert!(shares(&[]).is_empty());
+        assert_eq!(shares(&fleet(&[("a", 0, 0)])), [0]);
+    }
+
+    #[test]
+    fn try_shed_needs_a_member_below_its_share() {
+        let balance = Balance::new("a");
+        for _ in 0..10 {
+            balance.campaigning(true);
+            balance.won();
+        }
+        // b campaigns in nothing: nobody could take a group.
+        balance.set_members(fleet(&[("a", 10, 10), ("b", 0, 0)]), true);
+        assert_eq!(balance.try_shed(), None);
+        assert!(balance.at_share());
+        // b campaigns in 2: a hands over 2 (its excess), then stops; b
+        // wants only 2 of the 10, so what it did not take is kept.
+        let epoch = balance.epoch();
+        balance.set_members(fleet(&[("a", 10, 10), ("b", 0, 2)]), true);
+        assert_ne!(balance.epoch(), epoch, "the layout changed");
+        assert_eq!(balance.try_shed(), Some(true));
+        assert_eq!(balance.try_shed(), Some(true));
+        assert_eq!(balance.try_shed(), None);
+        assert!(!balance.others_over());
+        // The same layout: the same epoch.
+        let epoch = balance.epoch();
+        balance.set_members(fleet(&[("b", 1, 2), ("a", 9, 10)]), false);
+        assert_eq!(balance.epoch(), epoch);
+        // b campaigns in every group: a group it did not take is handed
+        // over again later.
+        balance.set_members(fleet(&[("a", 10, 10), ("b", 0, 10)]), true);
+        balance.ended(true);
+        balance.ended(true);
+        assert_eq!(balance.try_shed(), Some(false));
+    }
 }

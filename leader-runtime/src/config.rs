@@ -380,32 +380,56 @@ impl ConfigBuilder {
     }
 
     /// Balance leadership across the live instances (default off): with N
-    /// instances campaigning in the same G groups, each leads ⌊G/N⌋ or ⌈G/N⌉
-    /// of them once membership settles. Membership is a sorted set
-    /// `{prefix}:members` in the backend, refreshed every `renew_interval`;
-    /// an instance that missed a refresh (`renew_interval` + `call_timeout`
-    /// without one: it crashed) no longer counts, and its entry expires
-    /// after `ttl`. A leader over its share
-    /// hands groups over the way [`Runtime::step_down`](crate::Runtime::step_down)
-    /// does — drain, end the view, release, then stay out of that group's
-    /// race for one `ttl` — at most 100 per `renew_interval`; a follower at
-    /// its share lets an instance below its share take a released group
-    /// first (it asks for a fresh membership round and waits for it, at
-    /// most 50 ms). A joining instance takes its share within a few renew
-    /// intervals; one that stops cleanly leaves the membership before it
-    /// releases, so its groups move within about two round trips (its
-    /// release notices, a membership round), those of one that crashes
-    /// within `ttl`. Every instance should campaign in the same groups and
-    /// use the same `ttl`: shares count the groups an instance has used, so
-    /// while the instances' groups differ (a rolling start, a group only some
-    /// instances use, groups out of the race through
-    /// [`Runtime::set_eligible`](crate::Runtime::set_eligible)) a leader may
-    /// hand over a group nobody else campaigns in, which then has no leader
-    /// until this instance's one-`ttl` cooldown ends. Experimental until that
-    /// is fixed (issue 15). An ACL user needs `+zadd +zrem +zremrangebyscore
-    /// +zrangebyscore` besides the rules of [`redis_url`](Self::redis_url)
-    /// (without them the membership refresh fails, is logged, and every
-    /// instance keeps what it leads).
+    /// instances campaigning in the same G groups, each leads ⌊G/N⌋ or
+    /// ⌈G/N⌉ of them once membership settles. Membership is a hash
+    /// `{prefix}:balance` in the backend (one key, so one slot on a
+    /// cluster), refreshed every `renew_interval`; with each refresh an
+    /// instance publishes how many groups it leads and how many it
+    /// campaigns in (eligible ones; `once:` groups are outside the balance:
+    /// never counted, never handed over). An instance that missed a refresh
+    /// (`renew_interval` + `call_timeout` without one: it crashed) no
+    /// longer counts, and its entry expires after `ttl`. The shares come
+    /// from those figures, the same on every instance: an instance's share
+    /// is at most the number of groups it campaigns in, and the rest is
+    /// split evenly over the others, so instances whose groups differ (a
+    /// rolling start, a group only some instances use, groups out of the
+    /// race through [`Runtime::set_eligible`](crate::Runtime::set_eligible))
+    /// get shares they can take.
+    ///
+    /// A leader over its share, while another instance leads less than
+    /// its own, hands groups over the way
+    /// [`Runtime::step_down`](crate::Runtime::step_down) does — drain, end
+    /// the view, release — at most 100 per `renew_interval`, choosing groups
+    /// with no gated body running. A follower below its share takes a
+    /// released group at once; one at its share lets an instance below its
+    /// share take it first (it asks for a fresh
+    /// membership round and waits for it: at most 50 ms, or 2 × 50 ms +
+    /// `call_timeout` + 50 ms while some instance leads more than its
+    /// share). Instances do not know which groups the others campaign in:
+    /// if nobody took a group handed over for the balance within
+    /// 2 × 50 ms + `call_timeout`, the instance that handed it over takes
+    /// it back, and keeps it as long as the members and the numbers of
+    /// groups they campaign in stay the same (when the instance below its
+    /// share campaigns in every group, it wanted the group: the hand-over
+    /// is tried again at a later round, up to 3 times). So balancing leaves
+    /// a group without a leader for at most that window per hand-over (2.1 s
+    /// with the default timings), an instance hands a group over in vain a
+    /// bounded number of times while the fleet stays the same, and the
+    /// moves stop; where group sets differ, an uneven
+    /// split that only a chain of moves through a third instance could
+    /// even out stays. A [`Runtime::step_down`](crate::Runtime::step_down)
+    /// still stays out of the group's race for one `ttl`.
+    ///
+    /// A joining instance takes its share within a few renew intervals;
+    /// one that stops cleanly leaves the membership before it releases, so
+    /// its groups move within about two round trips (its release notices,
+    /// a membership round), those of one that crashes within `ttl`. Every
+    /// instance must use the same `ttl`, and all must run a release with
+    /// this membership format (older releases kept ids only, in a sorted
+    /// set `{prefix}:members`: the two do not see each other). An ACL user
+    /// needs `+hdel +hgetall` besides the rules of
+    /// [`redis_url`](Self::redis_url) (without them the membership refresh
+    /// fails, is logged, and every instance keeps what it leads).
     ///
     /// # Examples
     ///

@@ -10,7 +10,7 @@ use std::time::Duration;
 use tokio::time::{sleep_until, Instant};
 
 use crate::backend::{self, Acquire, Op, Renew, SafeStart};
-use crate::balance::SHARE_GRACE;
+use crate::balance::{hold_for, take_back_after, Balance, SHARE_GRACE, VAIN_HAND_OVERS};
 use crate::ctx::{Callback, Ctx};
 use crate::events::{Event, LostReason};
 use crate::group::{Command, Group, MailboxRx};
@@ -41,6 +41,8 @@ enum Flow {
 
 pub(crate) async fn run(group: Arc<Group>, ctx: Arc<Ctx>, commands: MailboxRx) {
     let keys = GroupKeys::new(&ctx.config.key_prefix, &group.name);
+    // A run-once body's lease is outside the balance: never handed over.
+    let balance = (ctx.balance.clone()).filter(|_| !crate::once::is_once_group(&group.name));
     let mut election = Election {
         group,
         ctx,
@@ -51,6 +53,11 @@ pub(crate) async fn run(group: Arc<Group>, ctx: Arc<Ctx>, commands: MailboxRx) {
         noticed: false,
         shed: false,
         record_known: false,
+        balance,
+        counted: false,
+        taking_back: None,
+        kept: None,
+        vain: (0, 0),
     };
     let span = tracing::info_span!("election", group = %election.group.name, instance = %election.ctx.config.instance_id);
     let _ = tracing::Instrument::instrument(election.run(), span).await;
@@ -71,14 +78,24 @@ struct Election {
     shed: bool,
     /// An acquire has found the group's record (see [`Won::record_known`]).
     record_known: bool,
+    /// Balanced leadership, unless off or this is a `once:` group.
+    balance: Option<Arc<Balance>>,
+    /// Balanced: this group counts as campaigned in (it is eligible).
+    counted: bool,
+    /// Balanced: after a hand-over for the balance, campaigning to take the
+    /// group back if nobody below its share took it; whether to keep it
+    /// then (see `Balance::try_shed`).
+    taking_back: Option<bool>,
+    /// Balanced: taken back at this layout epoch; not handed over again
+    /// while the fleet's layout stays the same.
+    kept: Option<u64>,
+    /// Balanced: at this layout epoch, handed over in vain this many times.
+    vain: (u64, u32),
 }
 
 impl Election {
     async fn run(&mut self) {
-        let balance = self.ctx.balance.clone();
-        if let Some(b) = &balance {
-            b.campaigning(true);
-        }
+        let balance = self.balance.clone();
         loop {
             let Some(won) = self.follow().await else {
                 self.group.control.mark_first_round();
@@ -95,8 +112,15 @@ impl Election {
                 break;
             }
         }
-        if let Some(b) = &balance {
-            b.campaigning(false);
+        self.count_campaign(false);
+    }
+
+    /// Balanced: count this group as campaigned in (`yes`) or not.
+    fn count_campaign(&mut self, yes: bool) {
+        if let Some(b) = &self.balance {
+            if std::mem::replace(&mut self.counted, yes) != yes {
+                b.campaigning(yes);
+            }
         }
     }
 
@@ -124,6 +148,8 @@ impl Election {
     async fn follow(&mut self) -> Option<Won> {
         let retry = self.ctx.config.retry_interval;
         loop {
+            // Out of the race, a group is not one this instance could take.
+            self.count_campaign(self.group.control.eligible());
             if !self.group.control.eligible() {
                 self.group.control.mark_first_round();
                 if !self.sit_out().await {
@@ -141,13 +167,13 @@ impl Election {
                 continue;
             }
             if std::mem::take(&mut self.noticed)
-                && self.ctx.balance.as_ref().is_some_and(|b| b.at_share())
+                && self.balance.as_ref().is_some_and(|b| b.at_share())
             {
                 // Balanced: at our share already, let an instance below its
                 // share take the released lease first — unless a fresh
                 // membership round says we are below ours now (a clean
                 // leaver leaves before it releases).
-                if !self.share_grace(Instant::now() + SHARE_GRACE).await {
+                if !self.share_grace().await {
                     return None;
                 }
                 self.noticed = false;
@@ -179,6 +205,9 @@ impl Election {
                         .saw_holder(Some(&self.ctx.config.instance_id));
                     let ready_at = (!wait.is_zero()).then(|| received + wait);
                     let record_known = std::mem::replace(&mut self.record_known, true);
+                    if let Some(keep) = self.taking_back.take() {
+                        self.taken_back(keep, why);
+                    }
                     return Some(Won {
                         token,
                         sent,
@@ -190,6 +219,7 @@ impl Election {
                 Ok(Acquire::Held { holder, pttl }) => {
                     self.recovered();
                     self.record_known = true;
+                    self.taking_back = None;
                     self.saw_paused(false);
                     self.group.observed.saw_holder(Some(&holder));
                     tracing::trace!(%holder, ?pttl, "lease held by another instance");
@@ -247,12 +277,53 @@ impl Election {
         }
     }
 
-    /// The share grace: [`Self::wait`] until `deadline`, ended sooner by a
-    /// membership round (asked for now) that puts this instance below its
-    /// share.
-    async fn share_grace(&mut self, deadline: Instant) -> bool {
-        let Some(b) = self.ctx.balance.clone() else {
+    /// Won back a group handed over for the balance; `keep`: keep it (see
+    /// `Balance::try_shed`). Counted in vain only if nobody held the lease
+    /// since our release (no earlier holder's time to wait out: one that
+    /// took it and lost its key would leave one); kept when `keep`, or
+    /// after [`VAIN_HAND_OVERS`] in vain at this layout — a member that
+    /// campaigns in every group but never takes one (wedged) costs each
+    /// group that many take-back windows, not one per round.
+    fn taken_back(&mut self, keep: bool, why: SafeStart) {
+        let Some(b) = &self.balance else {
+            return;
+        };
+        let epoch = b.epoch();
+        if why != SafeStart::No {
+            tracing::info!(
+                "took back the group handed over for the balance after another instance held it"
+            );
+            return;
+        }
+        let (at, n) = &mut self.vain;
+        if *at != epoch {
+            (*at, *n) = (epoch, 0);
+        }
+        *n += 1;
+        if keep || *n >= VAIN_HAND_OVERS {
+            self.kept = Some(epoch);
+        }
+        tracing::info!(
+            kept = self.kept == Some(epoch),
+            "nobody below its share took the group handed over for the balance: leading it again (kept: not handed over again while the fleet's members and their groups stay the same)"
+        );
+    }
+
+    /// The share grace: [`Self::wait`] for [`SHARE_GRACE`] — for
+    /// [`hold_for`] while another member leads more than its share (the
+    /// release may be a hand-over meant for a member below its share, or
+    /// going back to its leader) — ended sooner by a membership round
+    /// (asked for now) that puts this instance below its share.
+    async fn share_grace(&mut self) -> bool {
+        let Some(b) = self.balance.clone() else {
             return true;
+        };
+        let start = Instant::now();
+        let hold = start + hold_for(self.ctx.config.call_timeout);
+        let mut deadline = if b.others_over() {
+            hold
+        } else {
+            start + SHARE_GRACE
         };
         let mut ask = true;
         loop {
@@ -264,9 +335,14 @@ impl Election {
             tokio::select! {
                 biased;
                 go_on = self.wait(deadline, false) => return go_on,
-                _ = round => if !b.at_share() {
-                    return true;
-                },
+                _ = round => {
+                    if !b.at_share() {
+                        return true;
+                    }
+                    if b.others_over() {
+                        deadline = hold;
+                    }
+                }
             }
         }
     }
@@ -407,10 +483,16 @@ impl Election {
                     // A pause request: renew now, which finds the pause.
                     next_renew = Instant::now();
                 }
-                // Balanced: a new membership round; over our share, hand over.
-                _ = balance_round(&self.ctx) => {
-                    if self.ctx.balance.as_ref().is_some_and(|b| b.try_shed()) {
-                        return self.shed(won.token, tenure, valid_until).await;
+                // Balanced: a new membership round; over our share, hand
+                // over — not a group taken back at this layout, nor one
+                // running a gated body (the drain would wait for it, and
+                // one that outlasts the view leaves the group leaderless).
+                _ = balance_round(self.balance.as_deref()) => {
+                    let shed = self.balance.as_ref()
+                        .filter(|b| self.kept != Some(b.epoch()) && !self.group.runs.busy())
+                        .and_then(|b| b.try_shed());
+                    if let Some(keep) = shed {
+                        return self.shed(won.token, tenure, valid_until, keep).await;
                     }
                 }
                 _ = sleep_until(wake) => {}
@@ -496,26 +578,46 @@ impl Election {
     }
 
     /// Hand over for the balance, as a step-down does (drain, end the view,
-    /// release, then stay out of the race for one ttl or until a release).
+    /// release), then stay out of the race only until the take-back: if
+    /// nobody below its share took the group by then, campaign for it again
+    /// (or until a release notice); `keep`: keep it then (see
+    /// `Balance::try_shed`).
     async fn shed(
         &mut self,
         token: u64,
         tenure: Option<Arc<Tenure>>,
         valid_until: Instant,
+        keep: bool,
     ) -> Flow {
-        tracing::info!("leading more than this instance's share: handing over");
+        tracing::info!("leading more than this instance's share while another leads less than its own: handing over");
         self.shed = true;
-        let _ = self
-            .hand_over(token, tenure, valid_until, LostReason::SteppedDown)
-            .await;
-        self.cool_down(self.ctx.config.ttl);
+        let (drained, _) =
+            Box::pin(self.drain_and_release(token, tenure, valid_until, LostReason::SteppedDown))
+                .await;
+        if let Some(b) = &self.balance {
+            // Publish the lower count soon: until then the others count the
+            // group twice once its taker has published (shares too large).
+            b.ask_round();
+        }
+        // Drained, nothing of the old leadership runs here: taking the
+        // group back is as safe as any acquire. Not drained, the lease was
+        // left to expire: out for one ttl, as after a step-down.
+        let cfg = &self.ctx.config;
+        let out_for = if drained {
+            take_back_after(cfg.call_timeout)
+        } else {
+            cfg.ttl
+        };
+        self.taking_back = drained.then_some(keep);
+        self.cool_down(out_for);
         Flow::Campaign
     }
 
-    /// After a step-down: out of the race for `ttl`, or until another
+    /// After a step-down: out of the race for `span` (one ttl; after a
+    /// hand-over for the balance, until the take-back), or until another
     /// instance releases.
-    fn cool_down(&mut self, ttl: Duration) {
-        self.cooldown_until = Some(Instant::now() + ttl);
+    fn cool_down(&mut self, span: Duration) {
+        self.cooldown_until = Some(Instant::now() + span);
         // A wake-up stored while we led (a reconnect notice not yet taken)
         // must not cut the cooldown short; a request stored then is spent.
         let _ = futures_util::FutureExt::now_or_never(self.group.control.released.notified());
@@ -615,23 +717,30 @@ impl Election {
         valid_until: Instant,
         reason: LostReason,
     ) -> Pin<Box<impl Future<Output = Result<()>> + '_>> {
-        Box::pin(self.drain_and_release(token, tenure, valid_until, reason))
+        Box::pin(async move {
+            let (_, released) = self
+                .drain_and_release(token, tenure, valid_until, reason)
+                .await;
+            released
+        })
     }
 
+    /// [`Self::hand_over`]; also says whether every gated run finished
+    /// (`false`: the lease was left to expire).
     async fn drain_and_release(
         &mut self,
         token: u64,
         tenure: Option<Arc<Tenure>>,
         valid_until: Instant,
         reason: LostReason,
-    ) -> Result<()> {
+    ) -> (bool, Result<()>) {
         if !self.group.runs.drain(valid_until).await {
             // Safety before liveness: a release would let the next leader
             // start while a body here may still run. The lease expires
             // instead, within what is left of its ttl.
             tracing::warn!("gated runs still in flight when the view ended: not releasing the lease; it expires within its ttl");
             self.end(tenure, reason, "handing over");
-            return Ok(());
+            return (false, Ok(()));
         }
         self.end(tenure, reason, "handing over");
         if let (LostReason::Shutdown, Some(b)) = (reason, &self.ctx.balance) {
@@ -650,12 +759,12 @@ impl Election {
         match result {
             Ok(released) => {
                 tracing::debug!(released, "released lease");
-                Ok(())
+                (true, Ok(()))
             }
             Err(e) => {
                 // The lease expires by itself within one ttl.
                 self.failed("release", &e);
-                Err(e)
+                (true, Err(e))
             }
         }
     }
@@ -685,9 +794,9 @@ impl Election {
     }
 }
 
-/// The next membership round of a balanced runtime (never, unbalanced).
-async fn balance_round(ctx: &Ctx) {
-    match &ctx.balance {
+/// The next membership round of a balanced election (never, unbalanced).
+async fn balance_round(balance: Option<&Balance>) {
+    match balance {
         Some(b) => b.round.notified().await,
         None => std::future::pending().await,
     }
@@ -708,6 +817,9 @@ mod batch_tests;
 
 #[cfg(test)]
 mod balance_tests;
+
+#[cfg(test)]
+mod balance_liveness_tests;
 
 #[cfg(test)]
 mod wording_tests;

@@ -359,6 +359,14 @@ impl Runs {
         }
     }
 
+    /// Whether a gated run seems to be in flight: the count without the
+    /// drain's heavy fence, so a run that just started may not show — for a
+    /// preference (balanced leadership hands over an idle group first),
+    /// never for safety.
+    pub(crate) fn busy(&self) -> bool {
+        self.in_flight.count() > 0
+    }
+
     /// Tests: act as if the drain's heavy fence had failed.
     #[cfg(test)]
     pub(crate) fn fail_fence(&self) {

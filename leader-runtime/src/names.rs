@@ -83,12 +83,13 @@ pub(crate) const RESERVED_NAMES: [&str; 4] = ["lease", "token", "paused", "resul
 pub(crate) const RESERVED_PREFIXES: [&str; 2] = ["cron:", "cron-history:"];
 
 /// Whether `key` is one the runtime keeps for a group under `prefix`
-/// (`{prefix}:{<any group>}:<reserved name>`), or the membership set
-/// (`{prefix}:members`): user code writing it would pause a group, corrupt
-/// its record or the balance, or break `leader status`.
+/// (`{prefix}:{<any group>}:<reserved name>`), or the balance's membership
+/// (`{prefix}:balance`, and `{prefix}:members` of releases before it): user
+/// code writing it would pause a group, corrupt its record or the balance,
+/// or break `leader status`.
 pub(crate) fn reserved_key(prefix: &str, key: &str) -> bool {
     // And the fleet's membership (balanced leadership).
-    if key == members_key(prefix) {
+    if key == members_key(prefix) || key == legacy_members_key(prefix) {
         return true;
     }
     let Some(rest) = key
@@ -107,10 +108,16 @@ pub(crate) fn release_channel(prefix: &str) -> String {
     format!("{prefix}:released")
 }
 
-/// The sorted set of live instances, for balanced leadership: under the
-/// prefix like every key of the runtime, so the documented ACL key pattern
-/// (`~leader:*`) covers it.
+/// The hash of live instances and their counts, for balanced leadership:
+/// under the prefix like every key of the runtime, so the documented ACL
+/// key pattern (`~leader:*`) covers it.
 pub(crate) fn members_key(prefix: &str) -> String {
+    format!("{prefix}:balance")
+}
+
+/// The sorted set of live instances that releases before `{prefix}:balance`
+/// kept (ids only): still reserved, as it may linger after an upgrade.
+fn legacy_members_key(prefix: &str) -> String {
     format!("{prefix}:members")
 }
 
@@ -226,6 +233,7 @@ mod tests {
             "leader:{jobs}:cron:purge",
             "leader:{jobs}:cron-history:purge",
             "leader:members",
+            "leader:balance",
         ] {
             assert!(reserved_key("leader", key), "{key}");
         }
@@ -237,7 +245,9 @@ mod tests {
             "leader:jobs:lease",
             "{jobs}:lease",
             "other:members",
+            "other:balance",
             "leader:{jobs}:members",
+            "leader:{jobs}:balance",
         ] {
             assert!(!reserved_key("leader", key), "{key}");
         }

@@ -12,7 +12,7 @@ use leader_testkit::RedisServer;
 use tokio::time::{timeout, Instant};
 
 mod support;
-use support::{elected, instance, ACL_RULES, G, RENEW, TTL};
+use support::{elected, instance, ACL_RULES, BALANCE_RULES, G, RENEW, TTL};
 
 const PASSWORD: &str = "app-s3cret-pw";
 const WRONG: &str = "wr0ng-pa55word";
@@ -242,9 +242,6 @@ async fn a_user_without_the_control_channel_still_elects_and_sees_pauses_at_rene
     b.shutdown().await;
 }
 
-/// The rules DEPLOYING.md adds for balanced leadership (`members.lua`).
-const BALANCE_RULES: &str = " +zadd +zrem +zremrangebyscore +zrangebyscore";
-
 fn balanced(url: &str, id: &str) -> Runtime {
     Runtime::new(
         Config::builder()
@@ -334,6 +331,6 @@ async fn the_documented_acl_user_balances_leadership() {
 }
 
 #[tokio::test]
-async fn without_the_sorted_set_rules_each_instance_keeps_what_it_leads() {
+async fn without_the_balance_rules_each_instance_keeps_what_it_leads() {
     assert_eq!(balanced_shares(RULES).await, (4, 0));
 }

@@ -10,7 +10,7 @@ use leader_testkit::RedisCluster;
 use tokio::time::Instant;
 
 mod support;
-use support::{config, elected_in, lead, run_id, runtime, ACL_RULES};
+use support::{config, elected_in, lead, run_id, runtime, ACL_RULES, BALANCE_RULES};
 
 const TTL: Duration = Duration::from_millis(2000);
 const RENEW: Duration = Duration::from_millis(600);
@@ -228,6 +228,72 @@ async fn an_acl_user_with_the_documented_rules_elects_on_a_cluster() {
     let mut b_events = b.subscribe();
     a.step_down(&groups[2]).await.unwrap();
     elected_in(&mut b_events, &groups[2], Duration::from_millis(500)).await;
+    for node in cluster.nodes() {
+        let denials = node.cmd(&["ACL", "LOG"]).await.unwrap();
+        cluster.check(
+            matches!(&denials, leader_testkit::Reply::Array(v) if v.is_empty()),
+            format!("ACL denials on port {}: {denials:?}", node.port()),
+        );
+    }
+    b.shutdown().await;
+    a.shutdown().await;
+}
+
+/// Balanced leadership on a cluster, as the documented ACL user (the rules
+/// of `redis_url`, `+cluster|slots`, and the balance's `+hdel +hgetall`):
+/// the membership hash `leader:balance` is one key, so one slot; `a` leads
+/// 6 groups alone, `b` joins and takes 3, and nothing is denied.
+#[tokio::test]
+async fn balanced_instances_share_on_a_cluster_as_the_documented_acl_user() {
+    let rules = format!("{ACL_RULES} +cluster|slots{BALANCE_RULES}");
+    let mut args = vec!["--user", "app", "on", ">app-pw"];
+    args.extend(rules.split_whitespace());
+    let cluster = RedisCluster::builder().args(args).start().await.unwrap();
+    let groups: Vec<String> = (0..6).map(|i| format!("g{i}")).collect();
+    let urls: Vec<String> = cluster
+        .nodes()
+        .iter()
+        .map(|n| format!("redis://app:app-pw@127.0.0.1:{}", n.port()))
+        .collect();
+    let instance = |id: &str| {
+        let config = config(id)
+            .redis_cluster_urls(urls.clone())
+            .ttl(TTL)
+            .renew_interval(RENEW)
+            .balance_leadership(true);
+        runtime(config)
+    };
+    let led = |rt: &Runtime| groups.iter().filter(|g| rt.is_leader(g)).count();
+    let a = instance("a");
+    // Start every election at once: each first one waits one ttl (safe start).
+    for group in &groups {
+        a.is_leader(group);
+    }
+    for group in &groups {
+        lead(&a, group, TTL * 3).await;
+    }
+    let b = instance("b");
+    let end = Instant::now() + TTL * 5;
+    loop {
+        for g in &groups {
+            assert!(!(a.is_leader(g) && b.is_leader(g)), "{g} has two leaders");
+        }
+        if (led(&a), led(&b)) == (3, 3) {
+            break;
+        }
+        cluster.check(
+            Instant::now() < end,
+            format!("shares ({}, {}), expected (3, 3)", led(&a), led(&b)),
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let owner = cluster.master_of("leader:balance").await.unwrap();
+    let members = cluster
+        .node(owner)
+        .cmd(&["HLEN", "leader:balance"])
+        .await
+        .unwrap();
+    assert_eq!(members, leader_testkit::Reply::Integer(2));
     for node in cluster.nodes() {
         let denials = node.cmd(&["ACL", "LOG"]).await.unwrap();
         cluster.check(

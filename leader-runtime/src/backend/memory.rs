@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::admin::{Inspected, PauseMark};
 use super::fence::{Call, MemoryKeys as FencedKeys, Outcome};
-use super::{Acquire, Channels, NoticeSink, Op, Renew, SafeStart};
+use super::{Acquire, Channels, Counts, Member, NoticeSink, Op, Renew, SafeStart};
 use crate::names::GroupKeys;
 use crate::{Error, Result};
 
@@ -51,6 +51,10 @@ pub struct MemoryBackend {
     inner: Arc<Inner>,
 }
 
+/// One membership key: instance id → when its entry expires, and the
+/// counts it published (balanced leadership).
+type Membership = HashMap<String, (Instant, Counts)>;
+
 #[derive(Debug)]
 struct Inner {
     state: Mutex<State>,
@@ -62,8 +66,9 @@ struct Inner {
     /// Acquire calls served (a batch counts once), as a server would count
     /// script calls.
     acquire_calls: AtomicU64,
-    /// Balanced leadership's memberships: key → instance id → expiry.
-    members: Mutex<HashMap<String, HashMap<String, Instant>>>,
+    /// Balanced leadership's memberships: key → instance id → expiry and
+    /// the counts it published.
+    members: Mutex<HashMap<String, Membership>>,
 }
 
 #[derive(Debug, Default)]
@@ -394,15 +399,16 @@ impl MemoryBackend {
         self.inner.acquire_calls.load(Ordering::SeqCst)
     }
 
-    /// Refresh `id`'s membership at `key` for `ttl` (`None`: leave), and
-    /// list the members refreshed within `fresh` (`members.lua`).
+    /// Refresh `id`'s membership at `key` for `ttl` with its counts
+    /// (`None`: leave), and list the members refreshed within `fresh` with
+    /// theirs (`members.lua`).
     pub(super) fn members(
         &self,
         key: &str,
         id: &str,
-        ttl: Option<Duration>,
+        refresh: Option<(Duration, Counts)>,
         fresh: Duration,
-    ) -> Vec<String> {
+    ) -> Vec<Member> {
         let mut all = self
             .inner
             .members
@@ -410,16 +416,20 @@ impl MemoryBackend {
             .unwrap_or_else(PoisonError::into_inner);
         let set = all.entry(key.to_owned()).or_default();
         let now = Instant::now();
-        match ttl {
-            Some(ttl) => set.insert(id.to_owned(), now + ttl),
+        match refresh {
+            Some((ttl, counts)) => set.insert(id.to_owned(), (now + ttl, counts)),
             None => set.remove(id),
         };
-        set.retain(|_, until| *until > now);
+        set.retain(|_, (until, _)| *until > now);
         // Refreshed within `fresh`: it expires later than `ttl - fresh` from now.
-        let live_after = now + ttl.unwrap_or_default().saturating_sub(fresh);
+        let ttl = refresh.map_or(Duration::ZERO, |(ttl, _)| ttl);
+        let live_after = now + ttl.saturating_sub(fresh);
         set.iter()
-            .filter(|(_, until)| **until > live_after)
-            .map(|(id, _)| id.clone())
+            .filter(|(_, (until, _))| *until > live_after)
+            .map(|(id, (_, counts))| Member {
+                id: id.clone(),
+                counts: *counts,
+            })
             .collect()
     }
 

@@ -50,6 +50,23 @@ pub(crate) enum Acquire {
     Paused,
 }
 
+/// What a member of a balanced fleet publishes with each membership
+/// refresh (see `balance.rs`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Counts {
+    /// How many groups it leads (`once:` groups left out).
+    pub(crate) leading: u32,
+    /// How many groups it campaigns in: eligible, not `once:`.
+    pub(crate) campaigns: u32,
+}
+
+/// A live member of a balanced fleet and what it published.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Member {
+    pub(crate) id: String,
+    pub(crate) counts: Counts,
+}
+
 /// Why a new leader's view must wait before it begins: an earlier holder
 /// may still believe it leads (the crate docs' lease algorithm).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -195,19 +212,20 @@ impl Backend {
         }
     }
 
-    /// Refresh `id`'s membership at `key` for `ttl` and list the live
-    /// members: those refreshed within `fresh` (balanced leadership:
-    /// `members.lua`).
+    /// Refresh `id`'s membership at `key` for `ttl`, publishing its
+    /// `counts`, and list the live members with theirs: those refreshed
+    /// within `fresh` (balanced leadership: `members.lua`).
     pub(crate) async fn members(
         &self,
         key: &str,
         id: &str,
         ttl: Duration,
         fresh: Duration,
-    ) -> Result<Vec<String>> {
+        counts: Counts,
+    ) -> Result<Vec<Member>> {
         match self {
-            Backend::Redis(b) => b.members(key, id, Some(ttl), fresh).await,
-            Backend::Memory(b) => Ok(b.members(key, id, Some(ttl), fresh)),
+            Backend::Redis(b) => b.members(key, id, Some((ttl, counts)), fresh).await,
+            Backend::Memory(b) => Ok(b.members(key, id, Some((ttl, counts)), fresh)),
         }
     }
 

@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::batch::RenewBatcher;
 use super::sentinel::SentinelConn;
-use super::{Acquire, Channels, Notice, NoticeSink, Op, Renew, SafeStart};
+use super::{Acquire, Channels, Counts, Member, Notice, NoticeSink, Op, Renew, SafeStart};
 use crate::names::GroupKeys;
 use crate::redact::redact_url;
 use crate::{Error, Result};
@@ -501,35 +501,30 @@ impl RedisBackend {
         parse_acquire(op.group, reply)
     }
 
-    /// Refresh `id`'s membership at `key` for `ttl` (`None`: leave), and
-    /// list the members refreshed within `fresh`.
+    /// Refresh `id`'s membership at `key` for `ttl` with its counts
+    /// (`None`: leave), and list the members refreshed within `fresh` with
+    /// theirs.
     pub(super) async fn members(
         &self,
         key: &str,
         id: &str,
-        ttl: Option<Duration>,
+        refresh: Option<(Duration, Counts)>,
         fresh: Duration,
-    ) -> Result<Vec<String>> {
+    ) -> Result<Vec<Member>> {
+        let (ttl, counts) = refresh.unwrap_or_default();
         let reply: Value = self
             .scripts
             .members
             .key(key)
             .arg(id)
-            .arg(ttl.map_or(0, millis))
+            .arg(refresh.map_or(0, |_| millis(ttl)))
             .arg(millis(fresh))
+            .arg(counts.leading)
+            .arg(counts.campaigns)
             .invoke_async(&mut self.conn.clone())
             .await
             .map_err(|e| backend_err("members", &e))?;
-        match reply {
-            Value::Array(items) => items
-                .into_iter()
-                .map(|item| match item {
-                    Value::BulkString(id) => Ok(String::from_utf8_lossy(&id).into_owned()),
-                    other => Err(protocol_err("members", "members", &other)),
-                })
-                .collect(),
-            other => Err(protocol_err("members", "members", &other)),
-        }
+        parse_members(reply)
     }
 
     /// The attempts of `groups` for `id`: one `acquire_many.lua` call (one
@@ -1120,6 +1115,42 @@ fn timeout_err(after: Duration) -> Error {
     }
 }
 
+/// `members.lua`'s reply: id, leading, campaigns of each live member.
+fn parse_members(reply: Value) -> Result<Vec<Member>> {
+    let bad = |reply: &Value| protocol_err("members", "members", reply);
+    let Value::Array(items) = reply else {
+        return Err(bad(&reply));
+    };
+    if items.len() % 3 != 0 {
+        return Err(bad(&Value::Array(items)));
+    }
+    let text = |item: &Value| match item {
+        Value::BulkString(b) => Ok(String::from_utf8_lossy(b).into_owned()),
+        other => Err(bad(other)),
+    };
+    // Digits (the script checks); a count beyond u32, which no fleet has,
+    // counts as u32::MAX rather than failing every round until it expires.
+    let count = |item: &Value| {
+        let digits = text(item)?;
+        if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(bad(item));
+        }
+        Ok(digits.parse::<u32>().unwrap_or(u32::MAX))
+    };
+    items
+        .chunks_exact(3)
+        .map(|m| {
+            Ok(Member {
+                id: text(&m[0])?,
+                counts: Counts {
+                    leading: count(&m[1])?,
+                    campaigns: count(&m[2])?,
+                },
+            })
+        })
+        .collect()
+}
+
 fn protocol_err(group: &str, op: &str, reply: &Value) -> Error {
     Error::Protocol {
         group: group.to_owned(),
@@ -1340,6 +1371,38 @@ mod tests {
                 parse_acquire("g", bad),
                 Err(Error::Protocol { .. })
             ));
+        }
+    }
+
+    #[test]
+    fn members_replies() {
+        let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        let reply = |items: &[&str]| Value::Array(items.iter().map(|s| bulk(s)).collect());
+        let member = |id: &str, leading, campaigns| Member {
+            id: id.to_owned(),
+            counts: Counts { leading, campaigns },
+        };
+        assert_eq!(
+            parse_members(reply(&["a", "3", "10", "b", "0", "2"])).unwrap(),
+            [member("a", 3, 10), member("b", 0, 2)]
+        );
+        assert_eq!(parse_members(reply(&[])).unwrap(), []);
+        // A count no fleet has saturates instead of failing every round.
+        assert_eq!(
+            parse_members(reply(&["a", "99999999999", "1"])).unwrap(),
+            [member("a", u32::MAX, 1)]
+        );
+        for bad in [
+            reply(&["a", "3"]),
+            reply(&["a", "-1", "2"]),
+            reply(&["a", "", "2"]),
+            Value::Array(vec![bulk("a"), Value::Int(3), bulk("2")]),
+            Value::Int(0),
+        ] {
+            assert!(
+                matches!(parse_members(bad), Err(Error::Protocol { .. })),
+                "accepted"
+            );
         }
     }
 }

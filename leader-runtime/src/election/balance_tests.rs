@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio::time::{sleep, Instant};
 
-use crate::backend::Backend;
+use crate::backend::{Backend, Counts};
 use crate::balance::SHARE_GRACE;
 use crate::names::members_key;
 use crate::test_support::{builder, start, RETRY, TTL};
@@ -132,10 +132,14 @@ async fn a_crashed_member_stops_counting_after_one_missed_refresh() {
     run_checked(&[&a, &b], EVERY * 6).await;
     assert_eq!((led(&a), led(&b)), (5, 5));
     let mut events = (a.subscribe(), b.subscribe());
-    // "0" (first by id: the largest share) joins and crashes at once; its
-    // entry stays for LONG_TTL.
+    // "0" (first by id: the largest share) joins, campaigning in every
+    // group, and crashes at once; its entry stays for LONG_TTL.
+    let counts = Counts {
+        leading: 0,
+        campaigns: GROUPS as u32,
+    };
     Backend::Memory(mem.clone())
-        .members(&members_key("leader"), "0", LONG_TTL, LONG_TTL)
+        .members(&members_key("leader"), "0", LONG_TTL, LONG_TTL, counts)
         .await
         .unwrap();
     run_checked(&[&a, &b], LONG_TTL + EVERY * 4).await;

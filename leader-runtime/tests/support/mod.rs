@@ -26,6 +26,11 @@ pub(crate) const ACL_RULES: &str = "~leader:* &leader:released &leader:control +
     +script|load +get +set +pexpire +pttl +del +time +info +type +hmget +hset +publish \
     +subscribe +ping";
 
+/// What balanced leadership adds to [`ACL_RULES`], as DEPLOYING.md and the
+/// docs of `ConfigBuilder::balance_leadership` list it (`members.lua` on
+/// the hash `{prefix}:balance`; `HSET` is in [`ACL_RULES`] already).
+pub(crate) const BALANCE_RULES: &str = " +hdel +hgetall";
+
 /// A config builder for instance `id` with [`TTL`], [`RENEW`] and
 /// [`RETRY`]; the caller names the backend (and may change the timings).
 pub(crate) fn config(id: &str) -> ConfigBuilder {
