@@ -6,7 +6,7 @@
 //!     [--ttl-ms 15000] [--renew-ms 5000]
 //! cargo bench -p leader-e2e --bench load -- many [--groups 10000] [--secs 60] [--ttl-ms 15000] [--renew-ms 5000]
 //! cargo bench -p leader-e2e --bench load -- scale [--groups 5000] [--instances 20] [--secs 60]
-//!     [--ttl-ms 15000] [--renew-ms 5000] [--modes batched,unbatched] [--crash true]
+//!     [--ttl-ms 15000] [--renew-ms 5000] [--modes batched,unbatched] [--crash true] [--balance]
 //! cargo bench -p leader-e2e --bench load -- rebalance [--groups 1000] [--ttl-ms 15000] [--renew-ms 5000]
 //! ```
 //!
@@ -25,6 +25,13 @@
 //! the instance over `--secs`, and the renew script calls per renew tick
 //! from `INFO commandstats`.
 //!
+//! `scale`: N instance processes in the same G groups on one Redis; `i0`
+//! leads every group (started first), or with `--balance` every instance
+//! leads ⌊G/N⌋ or ⌈G/N⌉ (all started at once; the shares read from Redis,
+//! `GET` of each lease, until they settle). Script calls/s and Redis CPU in
+//! steady state, then `kill -9` of the leader of `g0` right after its
+//! renewal, and the failover of each group it led.
+//!
 //! `rebalance`: two balanced instance processes; `i0` leads every group
 //! alone, `i1` joins (the time until it leads its share), then `i1` stops
 //! cleanly (the time until `i0` leads its groups again).
@@ -35,7 +42,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use common::{
-    command, flag_or, machine, ns_of, run_if_instance, spawn_instance, summary, InstanceArgs,
+    command, flag, flag_or, machine, ns_of, run_if_instance, spawn_instance, summary, InstanceArgs,
     SUMMARY_HEADER,
 };
 use leader_testkit::{monotonic_now_ns, ChildProcess, RedisServer, Reply};
@@ -399,10 +406,18 @@ async fn scale(args: &[String]) {
     let renew = Duration::from_millis(flag_or(args, "--renew-ms", 5_000));
     let modes: String = flag_or(args, "--modes", "batched,unbatched".to_owned());
     let crash: bool = flag_or(args, "--crash", true);
+    // `--balance` alone, or `--balance true|false`.
+    let balance = args.iter().any(|a| a == "--balance")
+        && flag(args, "--balance").as_deref() != Some("false");
     println!("# load harness: scale");
     println!("machine: {}", machine());
     println!(
-        "{groups} groups x {instances} instances (i0 leads all), ttl {ttl:?}, renew_interval {renew:?}, window {secs} s"
+        "{groups} groups x {instances} instances ({}), ttl {ttl:?}, renew_interval {renew:?}, window {secs} s",
+        if balance {
+            "balanced: each leads its share"
+        } else {
+            "i0 leads all"
+        }
     );
     for mode in modes.split(',') {
         let unbatched = match mode {
@@ -418,28 +433,56 @@ async fn scale(args: &[String]) {
             ttl,
             renew,
             print_renewals: false,
-            print_elected: i > 0,
+            print_elected: balance || i > 0,
             unbatched,
-            balance: false,
+            balance,
         };
-        // i0 first: it leads every group (after one ttl: a first election).
         let limit = ttl * 4;
         let t0 = monotonic_now_ns();
-        let first = start(&args_of(0), limit).await;
-        let (_, elected) = ready_and_elected(&first, limit).await;
-        let mut children = vec![first];
-        for i in 1..instances {
-            children.push(start(&args_of(i), Duration::from_secs(120)).await);
+        let mut children = Vec::new();
+        if balance {
+            // All at once: the shares form as they join (one instance first
+            // would lead every group and hand them over at most 100 per
+            // renew interval).
+            for i in 0..instances {
+                children.push(spawn_instance(&args_of(i)));
+            }
+            for child in &children {
+                child
+                    .stdout()
+                    .wait_for(|l| l.starts_with("all_ready"), Duration::from_secs(300))
+                    .await
+                    .unwrap_or_else(|e| panic!("instance did not start: {e}"));
+            }
+            println!(
+                "## {mode}: {instances} balanced instances ready after {:.0} ms",
+                (monotonic_now_ns() - t0) as f64 / 1e6
+            );
+            let settled = settle_shares(&server, groups, instances, ttl * 40).await;
+            println!(
+                "## {mode}: shares settled {:.0} ms after spawn: {settled}",
+                (monotonic_now_ns() - t0) as f64 / 1e6
+            );
+        } else {
+            // i0 first: it leads every group (after one ttl: a first election).
+            let first = start(&args_of(0), limit).await;
+            let (_, elected) = ready_and_elected(&first, limit).await;
+            children.push(first);
+            for i in 1..instances {
+                children.push(start(&args_of(i), Duration::from_secs(120)).await);
+            }
+            println!(
+                "## {mode}: i0 led every group {:.0} ms after spawn; {} followers joined after {:.0} ms",
+                (elected - t0) as f64 / 1e6,
+                instances - 1,
+                (monotonic_now_ns() - t0) as f64 / 1e6
+            );
         }
-        println!(
-            "## {mode}: i0 led every group {:.0} ms after spawn; {} followers joined after {:.0} ms",
-            (elected - t0) as f64 / 1e6,
-            instances - 1,
-            (monotonic_now_ns() - t0) as f64 / 1e6
-        );
         // Settle: every follower has seen each lease expire (and so moved
         // onto the expiry instants) at least once.
         tokio::time::sleep(ttl + renew).await;
+        let (holders0, _) = lease_holders(&server, groups).await;
+        let marks: Vec<usize> = children.iter().map(|c| c.stdout().len()).collect();
         server
             .cmd(&["CONFIG", "RESETSTAT"])
             .await
@@ -457,7 +500,7 @@ async fn scale(args: &[String]) {
         let cpu = (cpu1 - cpu0) / window * 100.0;
         let (low, high) = model(instances, groups, 1, ttl, renew);
         println!(
-            "{mode}: {calls} script calls in {window:.1} s = {:.1}/s (model, batched: {low:.1} to {high:.1}/s; target <= 50); \
+            "{mode}: {calls} script calls in {window:.1} s = {:.1}/s (model, batched, one leader: {low:.1} to {high:.1}/s; target <= 50); \
              Redis CPU {cpu:.2}% of one core (target < 10%)",
             calls as f64 / window
         );
@@ -469,21 +512,109 @@ async fn scale(args: &[String]) {
             .map(|(n, c)| format!("{n} {:.0}/s", *c as f64 / window))
             .collect();
         println!("{mode}: commands inside the scripts: {}", inner.join(", "));
+        // Churn in the window: leases that changed holder, elected/lost lines.
+        let (holders1, _) = lease_holders(&server, groups).await;
+        let moved = holders0
+            .iter()
+            .zip(&holders1)
+            .filter(|(a, b)| a != b)
+            .count();
+        let count_lines = |prefix: &str| -> usize {
+            children
+                .iter()
+                .zip(&marks)
+                .map(|(c, &from)| {
+                    c.stdout().snapshot()[from..]
+                        .iter()
+                        .filter(|l| l.starts_with(prefix))
+                        .count()
+                })
+                .sum()
+        };
+        println!(
+            "{mode}: in the window {moved} leases changed holder (GET before/after), {} elected and {} lost lines; \
+             leaderless at the end: {}; shares at the end: {}",
+            count_lines("elected "),
+            count_lines("lost "),
+            holders1.iter().filter(|h| h.is_none()).count(),
+            share_text(&holders1)
+        );
         if crash {
-            crash_failover(&server, &mut children, groups, ttl, mode).await;
+            let victim = crash_failover(&server, &mut children, groups, ttl, mode).await;
+            children.remove(victim);
         }
-        for child in children.into_iter().skip(usize::from(crash)) {
+        for child in children {
             stop(child).await;
         }
     }
 }
 
-/// The lease keys' remaining ms (`PTTL` of each, in one script call), and
-/// when the call was sent (`CLOCK_MONOTONIC` ns): each lease expires at
-/// `sent + pttl` (to within the call's round trip and 1 ms).
-async fn lease_pttls(server: &RedisServer, groups: usize) -> (u64, Vec<i64>) {
-    const SCRIPT: &str =
-        "local out = {} for i = 1, #KEYS do out[i] = redis.call('PTTL', KEYS[i]) end return out";
+/// Each instance id → how many leases it holds, as text (fewest first).
+fn share_text(holders: &[Option<String>]) -> String {
+    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+    for h in holders.iter().flatten() {
+        *counts.entry(h.as_str()).or_default() += 1;
+    }
+    let mut v: Vec<usize> = counts.values().copied().collect();
+    v.sort_unstable();
+    match (v.first(), v.last()) {
+        (Some(lo), Some(hi)) => format!("{} holders, {lo} to {hi} leases each", v.len()),
+        _ => "no holders".to_owned(),
+    }
+}
+
+/// Polls the leases' holders (every 500 ms) until every one of `instances`
+/// holds ⌊G/N⌋ or ⌈G/N⌉ of them and none is free, or `limit` passed
+/// (then says so: the run goes on, unsettled).
+async fn settle_shares(
+    server: &RedisServer,
+    groups: usize,
+    instances: usize,
+    limit: Duration,
+) -> String {
+    let (lo, hi) = (groups / instances, groups.div_ceil(instances));
+    let start = tokio::time::Instant::now();
+    let deadline = start + limit;
+    let mut report = start;
+    loop {
+        let (holders, _) = lease_holders(server, groups).await;
+        // Progress every 10 s: how the shares converge (or stall).
+        if report.elapsed() >= Duration::from_secs(10) {
+            report = tokio::time::Instant::now();
+            println!(
+                "   shares after {:.0} s: {} ({} free)",
+                start.elapsed().as_secs_f64(),
+                share_text(&holders),
+                holders.iter().filter(|h| h.is_none()).count()
+            );
+        }
+        let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+        for h in holders.iter().flatten() {
+            *counts.entry(h.clone()).or_default() += 1;
+        }
+        let free = holders.iter().filter(|h| h.is_none()).count();
+        let even = counts.len() == instances && counts.values().all(|&c| (lo..=hi).contains(&c));
+        if (even && free == 0) || tokio::time::Instant::now() > deadline {
+            return format!(
+                "{}{} ({free} free)",
+                if even && free == 0 {
+                    ""
+                } else {
+                    "NOT SETTLED: "
+                },
+                share_text(&holders)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// Each lease's holder (`GET`; `None`: free) and remaining ms (`PTTL`), in
+/// one script call.
+async fn lease_holders(server: &RedisServer, groups: usize) -> (Vec<Option<String>>, Vec<i64>) {
+    const SCRIPT: &str = "local out = {} for i = 1, #KEYS do \
+         out[2 * i - 1] = redis.call('GET', KEYS[i]) or '' \
+         out[2 * i] = redis.call('PTTL', KEYS[i]) end return out";
     let keys: Vec<String> = group_names(groups)
         .iter()
         .map(|g| format!("leader:{{{g}}}:lease"))
@@ -491,19 +622,21 @@ async fn lease_pttls(server: &RedisServer, groups: usize) -> (u64, Vec<i64>) {
     let count = groups.to_string();
     let mut call = vec!["EVAL", SCRIPT, &count];
     call.extend(keys.iter().map(String::as_str));
-    let sent = monotonic_now_ns();
-    let reply = server.cmd(&call).await.expect("PTTL script");
-    let pttls = match reply {
-        Reply::Array(items) => items
-            .iter()
-            .map(|r| match r {
-                Reply::Integer(ms) => *ms,
-                other => panic!("PTTL reply {other:?}"),
-            })
-            .collect(),
-        other => panic!("PTTL script reply {other:?}"),
+    let reply = server.cmd(&call).await.expect("GET script");
+    let Reply::Array(items) = reply else {
+        panic!("GET script reply {reply:?}")
     };
-    (sent, pttls)
+    let mut holders = Vec::with_capacity(groups);
+    let mut pttls = Vec::with_capacity(groups);
+    for pair in items.chunks(2) {
+        let holder = reply_text(&pair[0]);
+        holders.push((!holder.is_empty()).then_some(holder));
+        pttls.push(match &pair[1] {
+            Reply::Integer(ms) => *ms,
+            other => panic!("PTTL reply {other:?}"),
+        });
+    }
+    (holders, pttls)
 }
 
 /// Sum of the evalsha calls and their `usec` in `INFO commandstats`.
@@ -528,22 +661,27 @@ async fn evalsha_usec(server: &RedisServer) -> (u64, u64) {
         .unwrap_or_default()
 }
 
-/// `kill -9` of `children[0]` (the leader of every group) right after one of
-/// its renewals, the worst case (its leases then live a full ttl on), and
-/// per group the time to its next leader's `elected` line: from the kill,
+/// `kill -9` of the leader of `g0` (`i0`, leading every group, when
+/// unbalanced; one with its share when balanced) right after one of its
+/// renewals, the worst case (its leases then live a full ttl on), and per
+/// group it led the time to its next leader's `elected` line: from the kill,
 /// and from the lease's expiry (Redis's `PTTL` of each lease, read right
 /// after the kill). Also what the re-election wave cost: Redis's time in
-/// `evalsha` and its CPU, the followers' CPU, from 100 ms before the first
-/// expiry to 1 s after the last.
+/// `evalsha` and its CPU, the survivors' CPU, from 100 ms before the first
+/// expiry to 1 s after the last. Returns the index of the killed child.
 async fn crash_failover(
     server: &RedisServer,
     children: &mut [ChildProcess],
     groups: usize,
     ttl: Duration,
     mode: &str,
-) {
-    // Wait for a renewal: g0's PTTL jumps up. Every group renews at the same
-    // grid instant, in calls of 500 groups sent at once; give them 50 ms.
+) -> usize {
+    let (holders, _) = lease_holders(server, groups).await;
+    let victim_id = holders[0].clone().expect("g0 has a leader");
+    let victim: usize = victim_id[1..].parse().expect("instance index");
+    // Wait for a renewal: g0's PTTL jumps up. Every group of one leader
+    // renews at the same grid instant, in calls of 500 groups sent at once;
+    // give them 50 ms.
     let key = "leader:{g0}:lease";
     let pttl = |r: Reply| match r {
         Reply::Integer(ms) => ms,
@@ -564,26 +702,38 @@ async fn crash_failover(
     tokio::time::sleep(Duration::from_millis(50)).await;
     let marks: Vec<usize> = children.iter().map(|c| c.stdout().len()).collect();
     let killed = monotonic_now_ns();
-    children[0].kill9().expect("kill -9");
-    let (sent, pttls) = lease_pttls(server, groups).await;
-    let expiry: Vec<u64> = pttls
-        .iter()
-        .map(|&ms| sent + u64::try_from(ms.max(0)).unwrap_or(0) * 1_000_000)
+    children[victim].kill9().expect("kill -9");
+    let sent = monotonic_now_ns();
+    let (holders, pttls) = lease_holders(server, groups).await;
+    // The groups the victim led (its leases outlive it by up to a ttl).
+    let led: Vec<usize> = (0..groups)
+        .filter(|&g| holders[g].as_deref() == Some(victim_id.as_str()))
         .collect();
-    let first = *expiry.iter().min().expect("groups");
-    let last_expiry = *expiry.iter().max().expect("groups");
+    let expiry: BTreeMap<usize, u64> = led
+        .iter()
+        .map(|&g| {
+            let ms = u64::try_from(pttls[g].max(0)).unwrap_or(0);
+            (g, sent + ms * 1_000_000)
+        })
+        .collect();
+    let first = *expiry.values().min().expect("the victim led groups");
+    let last_expiry = *expiry.values().max().expect("the victim led groups");
     println!(
-        "{mode}: killed {:.0} ms after i0's renewal was seen; leases expire {:.0} to {:.0} ms after the kill",
+        "{mode}: killed {victim_id} (leading {} of {groups} groups) {:.0} ms after its renewal of g0 was seen; \
+         its leases expire {:.0} to {:.0} ms after the kill",
+        led.len(),
         (killed - seen) as f64 / 1e6,
         (first - killed) as f64 / 1e6,
         (last_expiry - killed) as f64 / 1e6
     );
     // The wave's cost: from 100 ms before the first expiry.
-    let before = Duration::from_nanos((first - monotonic_now_ns()).saturating_sub(100_000_000));
+    let before = Duration::from_nanos(first.saturating_sub(monotonic_now_ns() + 100_000_000));
     tokio::time::sleep(before).await;
-    let mut cpu_before = Vec::new();
-    for child in children.iter_mut().skip(1) {
-        cpu_before.push(usage(child).await.0);
+    let mut cpu_before = BTreeMap::new();
+    for (i, child) in children.iter_mut().enumerate() {
+        if i != victim {
+            cpu_before.insert(i, usage(child).await.0);
+        }
     }
     server
         .cmd(&["CONFIG", "RESETSTAT"])
@@ -592,14 +742,23 @@ async fn crash_failover(
     let redis0 = redis_cpu(server).await;
     let deadline = tokio::time::Instant::now() + ttl * 2;
     let mut latencies: BTreeMap<usize, u64> = BTreeMap::new();
-    while latencies.len() < groups && tokio::time::Instant::now() < deadline {
+    while latencies.len() < led.len() && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(100)).await;
-        for (child, &from) in children.iter().zip(&marks).skip(1) {
+        for (i, (child, &from)) in children.iter().zip(&marks).enumerate() {
+            if i == victim {
+                continue;
+            }
             for line in &child.stdout().snapshot()[from..] {
                 let f: Vec<&str> = line.split_whitespace().collect();
                 if let ["elected", g, _, ns] = f.as_slice() {
                     let g: usize = g[1..].parse().expect("group index");
-                    latencies.entry(g).or_insert(ns.parse().expect("ns"));
+                    if expiry.contains_key(&g) {
+                        let ns: u64 = ns.parse().expect("ns");
+                        latencies
+                            .entry(g)
+                            .and_modify(|e| *e = (*e).min(ns))
+                            .or_insert(ns);
+                    }
                 }
             }
         }
@@ -609,19 +768,39 @@ async fn crash_failover(
     tokio::time::sleep(rest).await;
     let (calls, usec) = evalsha_usec(server).await;
     let redis1 = redis_cpu(server).await;
-    let mut follower_cpu = 0.0;
-    for (child, c0) in children.iter_mut().skip(1).zip(&cpu_before) {
-        follower_cpu += usage(child).await.0 - c0;
+    let mut survivor_cpu = 0.0;
+    for (i, c0) in &cpu_before {
+        survivor_cpu += usage(&mut children[*i]).await.0 - c0;
     }
+    // Moves after the crash: every `elected` line of the survivors since the
+    // kill (the victim's groups taken, then any hand-overs to even out the
+    // shares at one member fewer).
+    let elected_since: usize = children
+        .iter()
+        .zip(&marks)
+        .enumerate()
+        .filter(|(i, _)| *i != victim)
+        .map(|(_, (c, &from))| {
+            c.stdout().snapshot()[from..]
+                .iter()
+                .filter(|l| l.starts_with("elected "))
+                .count()
+        })
+        .sum();
+    let (holders, _) = lease_holders(server, groups).await;
+    println!(
+        "{mode}: 1 s after the last expiry: {elected_since} elected lines since the kill; \
+         {} groups leaderless; shares: {}",
+        holders.iter().filter(|h| h.is_none()).count(),
+        share_text(&holders)
+    );
     let ms = |ns: u64, from: u64| (ns as f64 - from as f64) / 1e6;
     let mut from_kill: Vec<f64> = latencies.values().map(|&ns| ms(ns, killed)).collect();
-    let mut from_expiry: Vec<f64> = latencies
-        .iter()
-        .map(|(&g, &ns)| ms(ns, expiry[g]))
-        .collect();
+    let mut from_expiry: Vec<f64> = latencies.iter().map(|(g, &ns)| ms(ns, expiry[g])).collect();
     println!(
-        "{mode}: kill -9 of the leader of every group -> each group's next leader ({} of {groups} groups re-elected; bound: ttl + 50 ms = {} ms from the kill, 50 ms from the expiry)",
+        "{mode}: kill -9 of {victim_id} -> each of its groups' next leader ({} of {} groups re-elected; bound: ttl + 50 ms = {} ms from the kill, 50 ms from the expiry)",
         from_kill.len(),
+        led.len(),
         ttl.as_millis() + 50
     );
     println!("{SUMMARY_HEADER}");
@@ -635,13 +814,14 @@ async fn crash_failover(
     );
     println!(
         "{mode}: the wave (100 ms before the first expiry to 1 s after the last): {calls} evalsha calls, \
-         {:.0} ms in evalsha (INFO commandstats usec), Redis CPU {:.0} ms; the {} followers' CPU {:.0} ms (on {} cores)",
+         {:.0} ms in evalsha (INFO commandstats usec), Redis CPU {:.0} ms; the {} survivors' CPU {:.0} ms (on {} cores)",
         usec as f64 / 1e3,
         (redis1 - redis0) * 1e3,
-        children.len() - 1,
-        follower_cpu * 1e3,
+        cpu_before.len(),
+        survivor_cpu * 1e3,
         std::thread::available_parallelism().map_or(0, |n| n.get()),
     );
+    victim
 }
 
 async fn rebalance(args: &[String]) {
