@@ -166,7 +166,17 @@ async fn restart_from_the_rdb_snapshot_loads_the_older_data() {
 
 #[tokio::test]
 async fn restart_from_the_aof_replays_it_and_a_cut_tail_is_lost() {
-    let mut server = RedisServer::start().await.unwrap();
+    // `appendfsync always` (kept across restarts: a builder argument): each
+    // write reaches the file before its reply. With the default `everysec`,
+    // Redis postpones the write (up to 2 s, replying anyway) while a
+    // background fsync is slow, as on a disk busy with a parallel build, so
+    // the file need not have grown when a reply came.
+    let mut server = RedisServer::builder()
+        .arg("--appendfsync")
+        .arg("always")
+        .start()
+        .await
+        .unwrap();
     server
         .cmd(&["CONFIG", "SET", "appendonly", "yes"])
         .await
