@@ -4,7 +4,7 @@
 use std::process::Output;
 use std::time::Duration;
 
-use leader_runtime::{Config, Runtime};
+use leader_runtime::{Config, ConfigBuilder, Runtime};
 use leader_testkit::{ChildProcess, RedisServer};
 use serde_json::Value;
 use tokio::process::Command;
@@ -15,9 +15,9 @@ const TTL: Duration = Duration::from_millis(1500);
 const RENEW: Duration = Duration::from_millis(500);
 const RETRY: Duration = Duration::from_millis(200);
 
-fn instance(server: &RedisServer, id: &str) -> Runtime {
-    let config = Config::builder()
-        .redis_url(server.url())
+/// Instance `id` on the connection `builder` names, with the tests' timings.
+fn runtime(builder: ConfigBuilder, id: &str) -> Runtime {
+    let config = builder
         .ttl(TTL)
         .renew_interval(RENEW)
         .retry_interval(RETRY)
@@ -25,6 +25,10 @@ fn instance(server: &RedisServer, id: &str) -> Runtime {
         .build()
         .unwrap();
     Runtime::new(config).unwrap()
+}
+
+fn instance(server: &RedisServer, id: &str) -> Runtime {
+    runtime(Config::builder().redis_url(server.url()), id)
 }
 
 /// `leader` with no connection settings from this environment.
@@ -518,17 +522,7 @@ async fn status_and_pause_on_a_cluster_see_groups_on_every_master() {
         }
     }
     let groups: Vec<String> = groups.into_iter().map(Option::unwrap).collect();
-    let a = Runtime::new(
-        Config::builder()
-            .redis_cluster_urls(urls.clone())
-            .ttl(TTL)
-            .renew_interval(RENEW)
-            .retry_interval(RETRY)
-            .instance_id("a")
-            .build()
-            .unwrap(),
-    )
-    .unwrap();
+    let a = runtime(Config::builder().redis_cluster_urls(urls.clone()), "a");
     for group in &groups {
         let deadline = Instant::now() + TTL * 4;
         while !a.is_leader(group) {
@@ -594,17 +588,7 @@ async fn status_and_pause_through_sentinel_follow_a_failover() {
         cmd.args(args);
         cmd
     };
-    let a = Runtime::new(
-        Config::builder()
-            .redis_sentinel(&master, urls.clone())
-            .ttl(TTL)
-            .renew_interval(RENEW)
-            .retry_interval(RETRY)
-            .instance_id("a")
-            .build()
-            .unwrap(),
-    )
-    .unwrap();
+    let a = runtime(Config::builder().redis_sentinel(&master, urls.clone()), "a");
     until_leader(&a).await;
     let out = run(sentinel_args(&["status", "--json"])).await;
     assert_exit(&out, 0);

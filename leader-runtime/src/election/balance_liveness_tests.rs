@@ -8,25 +8,12 @@ use std::time::Duration;
 
 use tokio::time::{sleep, Instant};
 
+use super::balance_tests::{balanced, names, GROUPS};
 use crate::backend::{Backend, Counts};
 use crate::balance::{take_back_after, VAIN_HAND_OVERS};
 use crate::names::members_key;
 use crate::test_support::{builder, start, RENEW, RETRY, TTL};
 use crate::{Event, LostReason, MemoryBackend, Runtime};
-
-const GROUPS: usize = 10;
-
-fn names() -> Vec<String> {
-    (0..GROUPS).map(|i| format!("g{i}")).collect()
-}
-
-fn balanced(mem: &MemoryBackend, id: &str) -> Runtime {
-    start(
-        builder(mem, id)
-            .retry_interval(RETRY)
-            .balance_leadership(true),
-    )
-}
 
 /// Start `rt`'s elections of `groups`.
 async fn join(rt: &Runtime, groups: &[String]) {

@@ -14,13 +14,16 @@ use crate::names::members_key;
 use crate::test_support::{builder, start, RETRY, TTL};
 use crate::{Event, LostReason, MemoryBackend, Runtime};
 
-const GROUPS: usize = 10;
+/// How many groups the balance tests share out (also `balance_liveness_tests`).
+pub(super) const GROUPS: usize = 10;
 
-fn names() -> Vec<String> {
+/// The names of the [`GROUPS`] groups.
+pub(super) fn names() -> Vec<String> {
     (0..GROUPS).map(|i| format!("g{i}")).collect()
 }
 
-fn balanced(mem: &MemoryBackend, id: &str) -> Runtime {
+/// A balanced runtime on `mem` with the test timings.
+pub(super) fn balanced(mem: &MemoryBackend, id: &str) -> Runtime {
     start(
         builder(mem, id)
             .retry_interval(RETRY)
