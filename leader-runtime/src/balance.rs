@@ -279,6 +279,14 @@ impl Balance {
         }
     }
 
+    /// A hand-over [`try_shed`](Self::try_shed) allowed did not happen (a
+    /// gated body was in flight after all): the move is not spent.
+    pub(crate) fn unshed(&self) {
+        let mut s = self.state();
+        s.shedding = s.shedding.saturating_sub(1);
+        s.moves_left = (s.moves_left + 1).min(MOVES_PER_ROUND);
+    }
+
     /// Whether this instance leads its share or more already.
     pub(crate) fn at_share(&self) -> bool {
         let s = self.state();
