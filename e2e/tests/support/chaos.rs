@@ -1169,15 +1169,21 @@ async fn hands_back(fleet: &Fleet, slot: usize, since: u64) -> Result<(), String
     };
     let mut last_handover = None;
     for other in fleet.live_slots().into_iter().filter(|s| *s != slot) {
-        for line in fleet.member(other).lines() {
-            if let Some(Line::Lost { reason, at, .. }) = super::checker::parse_line(&line) {
+        let lines = fleet.member(other).lines();
+        for (i, line) in lines.iter().enumerate() {
+            if let Some(Line::Lost { reason, at, .. }) = super::checker::parse_line(line) {
                 if at < since || at > elected_at {
                     continue;
                 }
                 if reason != "stepped_down" {
+                    // What it logged before (its renewals, backend errors),
+                    // to tell a stall from a protocol fault.
+                    let before = lines[i.saturating_sub(30)..=i].join("\n");
                     return Err(format!(
-                        "{} lost its lease ({reason}) while handing the group back",
-                        fleet.member(other).name
+                        "{} lost its lease ({reason}) while handing the group back, {:.1} ms after the fault ended (the returning leader elected {:.1} ms after it); its log up to the loss:\n{before}",
+                        fleet.member(other).name,
+                        ns_to_ms(at - since),
+                        ns_to_ms(elected_at - since),
                     ));
                 }
                 last_handover = last_handover.max(Some(at));
