@@ -364,8 +364,13 @@ pub async fn inject(
                 .await
                 .map_err(err)?;
             sleep_until_ns(after(t, 3 * ttl)).await;
-            fleet.proxies[leader].pass();
+            // Read before the proxy passes: it delivers what it buffered at
+            // once, on other threads, and what follows (the leader's
+            // membership refresh, a hand-over) may be logged before a clock
+            // read after `pass` (a preempted harness thread) — as if it had
+            // happened during the partition.
             let healed = monotonic_now_ns();
+            fleet.proxies[leader].pass();
             if cfg.balanced {
                 hands_back(fleet, leader, healed).await?;
             } else {
@@ -1190,7 +1195,32 @@ async fn hands_back(fleet: &Fleet, slot: usize, since: u64) -> Result<(), String
             }
         }
     }
-    let handover = last_handover.ok_or("no hand-over before the group came back")?;
+    let handover = last_handover.ok_or_else(|| {
+        // The others' losses around the fault's end, to tell a hand-over
+        // logged just before `since` from none.
+        let from = since.saturating_sub(2 * fleet.cfg.ttl.as_nanos() as u64);
+        let lost: Vec<String> = fleet
+            .live_slots()
+            .into_iter()
+            .filter(|s| *s != slot)
+            .flat_map(|other| {
+                let name = fleet.member(other).name.clone();
+                fleet.member(other).lines().into_iter().filter_map(move |l| {
+                    match super::checker::parse_line(&l) {
+                        Some(Line::Lost { reason, at, .. }) if at >= from => Some(format!(
+                            "{name} lost ({reason}) at {:+.1} ms",
+                            (at as f64 - since as f64) / 1e6
+                        )),
+                        _ => None,
+                    }
+                })
+            })
+            .collect();
+        format!(
+            "no hand-over before the group came back (elected {:.1} ms after the fault ended; the others' losses from 2 ttl before it: {lost:?})",
+            ns_to_ms(elected_at - since)
+        )
+    })?;
     let bound = Fault::SigtermLeader.bound(fleet).expect("a bound");
     if dur(elected_at - handover) > bound {
         return Err(format!(
