@@ -24,38 +24,46 @@
 //! id taking ⌈G/N⌉.
 //!
 //! Leadership moves only through the ordinary protocol, so balancing never
-//! weakens safety: a leader over its share, while another member leads
-//! less than its share, hands one group over as `step_down` does (drain
-//! the gated runs, end the view, release), at most [`MOVES_PER_ROUND`] per
-//! `renew_interval`, choosing groups with no gated body running. A
-//! follower below its share takes a released group at once; one at or over
-//! its share lets it go to an instance below its share first: for [`SHARE_GRACE`], or — while a member leads more than its
-//! share, so the release may be a hand-over for the balance — for
-//! [`hold_for`], ended by a fresh membership round that puts it below its
-//! share. Instances do not know which groups the others campaign in, so a
-//! hand-over may find nobody below its share who wants the group: then the
-//! leader that handed it over takes it back after [`take_back_after`]
-//! (instead of the one-`ttl` cooldown of a `step_down`) and keeps it while
-//! the fleet's layout (the other members below their share and their
-//! campaign counts: those that could take a group) stays the same —
-//! unless a member below its share campaigns in every group (as when all
-//! campaign in the same groups): that one wanted the group and could
-//! not take it then (its release notices down, a fault), so a later round
-//! hands it over again, up to [`VAIN_HAND_OVERS`] times per layout.
+//! weakens safety: a leader over its share, while another member leads less
+//! than its share, hands one group over as `step_down` does (drain the gated
+//! runs, end the view, release), at most [`MOVES_PER_ROUND`] per
+//! `renew_interval`, and only a group with no gated body running: the leader
+//! stops admitting gated runs and reads the exact count, and finding one in
+//! flight (one that started as the hand-over began included) admits again
+//! and keeps the group until a later round, so a hand-over for the balance
+//! never waits for a body (a gated call in that instant, one `membarrier`,
+//! is refused as during any hand-over). A follower below its share takes a
+//! released group at once; one at or over its share lets it go to an
+//! instance below its share first: for [`SHARE_GRACE`], or — while a member
+//! leads more than its share, so the release may be a hand-over for the
+//! balance — for [`hold_for`], ended by a fresh membership round that puts
+//! it below its share. Instances do not know which groups the others
+//! campaign in, so a hand-over may find nobody below its share who wants the
+//! group: then the leader that handed it over takes it back after
+//! [`take_back_after`] (instead of the one-`ttl` cooldown of a `step_down`):
+//! its first attempt then is the take-back, and no later one (a win after
+//! the group was out of the race, paused, or the backend failing is an
+//! ordinary one), nor one after another instance's release notice (it held
+//! the group). A group taken back is kept while the fleet's layout (the
+//! other members below their share and their campaign counts: those that
+//! could take a group) stays the same — unless a member below its share
+//! campaigns in every group (as when all campaign in the same groups): that
+//! one wanted the group and could not take it then (its release notices
+//! down, a fault), so a later round hands it over again, up to
+//! [`VAIN_HAND_OVERS`] times per layout.
 //!
-//! So a group is without a leader for at most that window per hand-over
-//! (unless a body that started as the hand-over began outlasts the view:
-//! then the lease is left to expire and the leader stays out for one
-//! `ttl`, as after a step-down), an instance hands a group over in vain a
-//! bounded number of times per layout, and the moves stop: the shares
-//! settle, or stay uneven where only a chain of moves through a third
-//! instance could even them out. (A follower at its share whose attempt
-//! was already in flight when a group was released may still win it; it is
-//! then over its share and hands over in turn, with the same bounds.)
-//! `once:` groups are never handed over. Expiries (crashes) are taken by
-//! whoever comes first, and the next rounds even the shares out. Every
-//! instance must use the same `ttl` (freshness is read from the entries'
-//! expiry).
+//! So a group is without a leader for at most that window per hand-over, an
+//! instance hands a group over in vain a bounded number of times per layout
+//! (with release notices down, a take-back after another instance held the
+//! group and released it cleanly counts as in vain too: still bounded), and
+//! the moves stop: the shares settle, or stay uneven where only a chain of
+//! moves through a third instance could even them out. (A follower at its
+//! share whose attempt was already in flight when a group was released may
+//! still win it; it is then over its share and hands over in turn, with the
+//! same bounds.) `once:` groups are never handed over. Expiries (crashes)
+//! are taken by whoever comes first, and the next rounds even the shares
+//! out. Every instance must use the same `ttl` (freshness is read from the
+//! entries' expiry).
 //!
 //! [`ConfigBuilder::balance_leadership`]: crate::ConfigBuilder::balance_leadership
 
@@ -277,6 +285,14 @@ impl Balance {
         } else {
             None
         }
+    }
+
+    /// A hand-over [`try_shed`](Self::try_shed) allowed did not happen (a
+    /// gated body was in flight after all): the move is not spent.
+    pub(crate) fn unshed(&self) {
+        let mut s = self.state();
+        s.shedding = s.shedding.saturating_sub(1);
+        s.moves_left = (s.moves_left + 1).min(MOVES_PER_ROUND);
     }
 
     /// Whether this instance leads its share or more already.

@@ -401,8 +401,11 @@ impl ConfigBuilder {
     /// A leader over its share, while another instance leads less than
     /// its own, hands groups over the way
     /// [`Runtime::step_down`](crate::Runtime::step_down) does — drain, end
-    /// the view, release — at most 100 per `renew_interval`, choosing groups
-    /// with no gated body running. A follower below its share takes a
+    /// the view, release — at most 100 per `renew_interval`, and only groups
+    /// with no gated body running (checked exactly: a body that started as
+    /// the hand-over began calls it off until a later round, so a hand-over
+    /// for the balance never waits for one; a gated call in that instant is
+    /// refused, as during any hand-over). A follower below its share takes a
     /// released group at once; one at its share lets an instance below its
     /// share take it first (it asks for a fresh
     /// membership round and waits for it: at most 50 ms, or 2 × 50 ms +
@@ -410,7 +413,8 @@ impl ConfigBuilder {
     /// share). Instances do not know which groups the others campaign in:
     /// if nobody took a group handed over for the balance within
     /// 2 × 50 ms + `call_timeout`, the instance that handed it over takes
-    /// it back, and keeps it as long as the instances below their share
+    /// it back (with its first attempt after that window only), and keeps it
+    /// as long as the instances below their share
     /// and the numbers of groups they campaign in stay the same (when the
     /// instance below its share campaigns in every group, it wanted the
     /// group: the hand-over is tried again at a later round, up to 3

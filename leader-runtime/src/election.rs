@@ -82,9 +82,12 @@ struct Election {
     balance: Option<Arc<Balance>>,
     /// Balanced: this group counts as campaigned in (it is eligible).
     counted: bool,
-    /// Balanced: after a hand-over for the balance, campaigning to take the
-    /// group back if nobody below its share took it; whether to keep it
-    /// then (see `Balance::try_shed`).
+    /// Balanced: after a hand-over for the balance, the first attempt after
+    /// the take-back cooldown takes the group back if nobody below its
+    /// share took it; whether to keep it then (see `Balance::try_shed`).
+    /// Spent by that attempt whatever it finds, and dropped when another
+    /// instance's release notice ends the cooldown (it held the group) or
+    /// the group leaves the race: a later win is no take-back.
     taking_back: Option<bool>,
     /// Balanced: taken back at this layout epoch; not handed over again
     /// while the fleet's layout (the members below their share and their
@@ -152,6 +155,7 @@ impl Election {
             // Out of the race, a group is not one this instance could take.
             self.count_campaign(self.group.control.eligible());
             if !self.group.control.eligible() {
+                self.taking_back = None;
                 self.group.control.mark_first_round();
                 if !self.sit_out().await {
                     return None;
@@ -164,6 +168,9 @@ impl Election {
                 // end it: the instance would win again at once.
                 if !self.wait(until, false).await {
                     return None;
+                }
+                if self.noticed && self.taking_back.take().is_some() {
+                    tracing::debug!("another instance took the group handed over for the balance and released it: campaigning as usual");
                 }
                 continue;
             }
@@ -180,6 +187,7 @@ impl Election {
                 self.noticed = false;
             }
             let sent = Instant::now();
+            let taking_back = self.taking_back.take();
             self.group.counters.acquire_attempt();
             metrics::acquire_attempt(&self.group.name);
             let ttl = self.ctx.config.ttl;
@@ -206,7 +214,7 @@ impl Election {
                         .saw_holder(Some(&self.ctx.config.instance_id));
                     let ready_at = (!wait.is_zero()).then(|| received + wait);
                     let record_known = std::mem::replace(&mut self.record_known, true);
-                    if let Some(keep) = self.taking_back.take() {
+                    if let Some(keep) = taking_back {
                         self.taken_back(keep, why);
                     }
                     return Some(Won {
@@ -220,7 +228,6 @@ impl Election {
                 Ok(Acquire::Held { holder, pttl }) => {
                     self.recovered();
                     self.record_known = true;
-                    self.taking_back = None;
                     self.saw_paused(false);
                     self.group.observed.saw_holder(Some(&holder));
                     tracing::trace!(%holder, ?pttl, "lease held by another instance");
@@ -281,7 +288,9 @@ impl Election {
     /// Won back a group handed over for the balance; `keep`: keep it (see
     /// `Balance::try_shed`). Counted in vain only if nobody held the lease
     /// since our release (no earlier holder's time to wait out: one that
-    /// took it and lost its key would leave one); kept when `keep`, or
+    /// took it and lost its key would leave one; one that released it
+    /// cleanly sent a release notice, which dropped the take-back — unless
+    /// the notices were down); kept when `keep`, or
     /// after [`VAIN_HAND_OVERS`] in vain at this layout — a member that
     /// campaigns in every group but never takes one (wedged) costs each
     /// group that many take-back windows, not one per round.
@@ -301,6 +310,8 @@ impl Election {
             (*at, *n) = (epoch, 0);
         }
         *n += 1;
+        #[cfg(test)]
+        self.group.vain_take_backs.fetch_add(1, Ordering::Relaxed);
         if keep || *n >= VAIN_HAND_OVERS {
             self.kept = Some(epoch);
         }
@@ -485,14 +496,9 @@ impl Election {
                     next_renew = Instant::now();
                 }
                 // Balanced: a new membership round; over our share, hand
-                // over — not a group taken back at this layout, nor one
-                // running a gated body (the drain would wait for it, and
-                // one that outlasts the view leaves the group leaderless).
+                // over (see `Self::try_shed`).
                 _ = balance_round(self.balance.as_deref()) => {
-                    let shed = self.balance.as_ref()
-                        .filter(|b| self.kept != Some(b.epoch()) && !self.group.runs.busy())
-                        .and_then(|b| b.try_shed());
-                    if let Some(keep) = shed {
+                    if let Some(keep) = self.try_shed() {
                         return self.shed(won.token, tenure, valid_until, keep).await;
                     }
                 }
@@ -576,6 +582,32 @@ impl Election {
                 }
             }
         }
+    }
+
+    /// Balanced, on a membership round: whether to hand this group over
+    /// now (`Some`, with `Balance::try_shed`'s answer) — over our share,
+    /// not a group taken back at this layout, and not one running a gated
+    /// body: the drain would wait for it, and one that outlasts the view
+    /// leaves the group leaderless for up to a ttl, for a move nobody
+    /// needed. `busy` is only a hint (a body that just started on another
+    /// thread may not show), so the answer is made exact by stopping
+    /// admission (`Runs::quiesce`): a body in flight then reopens it, and
+    /// the group is kept until a later round. On `Some`, admission stays
+    /// stopped and nothing runs: the drain that follows is immediate.
+    fn try_shed(&self) -> Option<bool> {
+        let b = self.balance.as_ref()?;
+        if self.kept == Some(b.epoch()) || self.group.runs.busy() {
+            return None;
+        }
+        let keep = b.try_shed()?;
+        if !self.group.runs.quiesce() {
+            b.unshed();
+            tracing::debug!(
+                "a gated body is in flight: not handing this group over for the balance this round"
+            );
+            return None;
+        }
+        Some(keep)
     }
 
     /// Hand over for the balance, as a step-down does (drain, end the view,
@@ -821,6 +853,9 @@ mod balance_tests;
 
 #[cfg(test)]
 mod balance_liveness_tests;
+
+#[cfg(test)]
+mod balance_shed_tests;
 
 #[cfg(test)]
 mod wording_tests;

@@ -2,6 +2,8 @@
 //! what the election and the gate share.
 
 use std::collections::VecDeque;
+#[cfg(test)]
+use std::sync::atomic::AtomicU32;
 use std::sync::atomic::{
     AtomicBool, AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::SeqCst,
 };
@@ -51,6 +53,10 @@ pub(crate) struct Group {
     pub(crate) observed: Observed,
     /// Where the fenced writes of this group's leaderships go.
     pub(crate) fence: OnceLock<Arc<Target>>,
+    /// Tests: how many hand-overs for the balance the election counted in
+    /// vain (taken back with nobody having held the group meanwhile).
+    #[cfg(test)]
+    pub(crate) vain_take_backs: AtomicU32,
 }
 
 /// The local view of the current leadership: the gate's atomics, and the
@@ -82,6 +88,9 @@ pub(crate) struct Runs {
     in_flight: InFlight,
     /// A run in flight finished while not admitting.
     drained: Notify,
+    /// Tests: [`Runs::busy`] says no (see [`Runs::blind_busy`]).
+    #[cfg(test)]
+    busy_blind: AtomicBool,
 }
 
 /// What steers the group's election from outside it.
@@ -127,6 +136,8 @@ impl Group {
                 admitting: AtomicBool::new(false),
                 in_flight: InFlight::new(),
                 drained: Notify::new(),
+                #[cfg(test)]
+                busy_blind: AtomicBool::new(false),
             },
             control: Control {
                 commands,
@@ -141,6 +152,8 @@ impl Group {
             counters: Counters::default(),
             observed: Observed::new(),
             fence: OnceLock::new(),
+            #[cfg(test)]
+            vain_take_backs: AtomicU32::new(0),
         }
     }
 
@@ -359,12 +372,47 @@ impl Runs {
         }
     }
 
+    /// Stop admitting if no gated run is in flight (`true`: none is, and
+    /// none starts until the next view, so a drain that follows finds the
+    /// count at zero at once); if one is, admit again as before and say
+    /// `false`, without waiting for it. For a hand-over nobody needs (the
+    /// balance's), which must not leave the group leaderless for a body
+    /// that outlasts the view. The count is read after the heavy fence, as
+    /// a drain reads it: exact. A gated call in that window (one heavy
+    /// fence) is refused, as during any hand-over; the gate's path is
+    /// unchanged. Only the election task changes `admitting`, so admitting
+    /// again restores what it was.
+    pub(crate) fn quiesce(&self) -> bool {
+        let was = self.admitting.swap(false, SeqCst);
+        if was {
+            self.in_flight.fence();
+        }
+        if self.in_flight.count() == 0 {
+            return true;
+        }
+        if was {
+            self.admitting.store(true, SeqCst);
+        }
+        false
+    }
+
     /// Whether a gated run seems to be in flight: the count without the
     /// drain's heavy fence, so a run that just started may not show — for a
-    /// preference (balanced leadership hands over an idle group first),
-    /// never for safety.
+    /// preference (balanced leadership skips a busy group without the cost
+    /// of [`quiesce`](Self::quiesce)'s fence), never for safety.
     pub(crate) fn busy(&self) -> bool {
+        #[cfg(test)]
+        if self.busy_blind.load(Relaxed) {
+            return false;
+        }
         self.in_flight.count() > 0
+    }
+
+    /// Tests: make [`busy`](Self::busy) miss every run, as it may miss one
+    /// that just started on another thread.
+    #[cfg(test)]
+    pub(crate) fn blind_busy(&self) {
+        self.busy_blind.store(true, Relaxed);
     }
 
     /// Tests: act as if the drain's heavy fence had failed.

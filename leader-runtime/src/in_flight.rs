@@ -61,10 +61,13 @@
 //!    `Notify` orders the two), or its count-out is visible to the drain's
 //!    first sum after the fence.
 //!
-//! Every read of the count that decides something (a drain, and the end of
-//! a view keeping the leadership for runs in flight) follows a heavy fence
-//! issued after `admitting` last went from true to false: see
-//! `Runs::stop_admitting` in `group.rs`.
+//! Every read of the count that decides something (a drain, a balance
+//! hand-over's check that nothing runs, and the end of a view keeping the
+//! leadership for runs in flight) follows a heavy fence issued after
+//! `admitting` last went from true to false: see `Runs::stop_admitting` and
+//! `Runs::quiesce` in `group.rs`. (`quiesce` may set `admitting` true again
+//! when the count is not zero: the argument above holds for each interval
+//! in which it is false.)
 
 use std::cell::Cell;
 use std::sync::atomic::{compiler_fence, fence, AtomicBool, AtomicU32, Ordering::*};

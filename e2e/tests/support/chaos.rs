@@ -364,8 +364,13 @@ pub async fn inject(
                 .await
                 .map_err(err)?;
             sleep_until_ns(after(t, 3 * ttl)).await;
-            fleet.proxies[leader].pass();
+            // Read before the proxy passes: it delivers what it buffered at
+            // once, on other threads, and what follows (the leader's
+            // membership refresh, a hand-over) may be logged before a clock
+            // read after `pass` (a preempted harness thread) — as if it had
+            // happened during the partition.
             let healed = monotonic_now_ns();
+            fleet.proxies[leader].pass();
             if cfg.balanced {
                 hands_back(fleet, leader, healed).await?;
             } else {
@@ -1161,30 +1166,88 @@ async fn hands_back(fleet: &Fleet, slot: usize, since: u64) -> Result<(), String
     let member = fleet.member(slot);
     let from = super::fleet::index_after(&member.lines(), since);
     let (_, elected) = member
-        .wait_line(from, |l| matches!(l, Line::Elected { .. }), PATIENCE)
+        .wait_line(
+            from,
+            // Lines read late may still be older than `since`.
+            |l| matches!(l, Line::Elected { at, .. } if *at >= since),
+            PATIENCE,
+        )
         .await
         .map_err(|e| format!("{} did not lead again: {e}", member.name))?;
     let Line::Elected { at: elected_at, .. } = elected else {
         unreachable!()
     };
+    // The others' output is read by tasks of this process, which may lag
+    // behind (seen under CPU hogs: the hand-over's `lost` line, printed
+    // before its release and so before the returning leader's election,
+    // not read yet). A verdict that passes returns at once; one that fails
+    // is read again until this deadline.
+    let deadline = tokio::time::Instant::now() + fleet.cfg.ttl;
+    loop {
+        let verdict = handed_back(fleet, slot, since, elected_at);
+        if verdict.is_ok() || tokio::time::Instant::now() >= deadline {
+            verdict?;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    keeps_leading(fleet, slot, elected_at, 2).await
+}
+
+/// [`hands_back`]'s verdict on the others' output as read so far: every
+/// leadership of theirs that ended between `since` and `elected_at` ended
+/// `stepped_down`, the last within the SIGTERM bound of `elected_at`.
+fn handed_back(fleet: &Fleet, slot: usize, since: u64, elected_at: u64) -> Result<(), String> {
+    let member = fleet.member(slot);
     let mut last_handover = None;
     for other in fleet.live_slots().into_iter().filter(|s| *s != slot) {
-        for line in fleet.member(other).lines() {
-            if let Some(Line::Lost { reason, at, .. }) = super::checker::parse_line(&line) {
+        let lines = fleet.member(other).lines();
+        for (i, line) in lines.iter().enumerate() {
+            if let Some(Line::Lost { reason, at, .. }) = super::checker::parse_line(line) {
                 if at < since || at > elected_at {
                     continue;
                 }
                 if reason != "stepped_down" {
+                    // What it logged before (its renewals, backend errors),
+                    // to tell a stall from a protocol fault.
+                    let before = lines[i.saturating_sub(30)..=i].join("\n");
                     return Err(format!(
-                        "{} lost its lease ({reason}) while handing the group back",
-                        fleet.member(other).name
+                        "{} lost its lease ({reason}) while handing the group back, {:.1} ms after the fault ended (the returning leader elected {:.1} ms after it); its log up to the loss:\n{before}",
+                        fleet.member(other).name,
+                        ns_to_ms(at - since),
+                        ns_to_ms(elected_at - since),
                     ));
                 }
                 last_handover = last_handover.max(Some(at));
             }
         }
     }
-    let handover = last_handover.ok_or("no hand-over before the group came back")?;
+    let handover = last_handover.ok_or_else(|| {
+        // The others' losses around the fault's end, to tell a hand-over
+        // logged just before `since` from none.
+        let from = since.saturating_sub(2 * fleet.cfg.ttl.as_nanos() as u64);
+        let lost: Vec<String> = fleet
+            .live_slots()
+            .into_iter()
+            .filter(|s| *s != slot)
+            .flat_map(|other| {
+                let name = fleet.member(other).name.clone();
+                fleet.member(other).lines().into_iter().filter_map(move |l| {
+                    match super::checker::parse_line(&l) {
+                        Some(Line::Lost { reason, at, .. }) if at >= from => Some(format!(
+                            "{name} lost ({reason}) at {:+.1} ms",
+                            (at as f64 - since as f64) / 1e6
+                        )),
+                        _ => None,
+                    }
+                })
+            })
+            .collect();
+        format!(
+            "no hand-over before the group came back (elected {:.1} ms after the fault ended; the others' losses from 2 ttl before it: {lost:?})",
+            ns_to_ms(elected_at - since)
+        )
+    })?;
     let bound = Fault::SigtermLeader.bound(fleet).expect("a bound");
     if dur(elected_at - handover) > bound {
         return Err(format!(
@@ -1193,7 +1256,7 @@ async fn hands_back(fleet: &Fleet, slot: usize, since: u64) -> Result<(), String
             ns_to_ms(elected_at - handover)
         ));
     }
-    keeps_leading(fleet, slot, elected_at, 2).await
+    Ok(())
 }
 
 /// Error if the process in `slot` logged a loss at or after `t`.

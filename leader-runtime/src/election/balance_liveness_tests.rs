@@ -16,14 +16,14 @@ use crate::test_support::{builder, start, RENEW, RETRY, TTL};
 use crate::{Event, LostReason, MemoryBackend, Runtime};
 
 /// Start `rt`'s elections of `groups`.
-async fn join(rt: &Runtime, groups: &[String]) {
+pub(super) async fn join(rt: &Runtime, groups: &[String]) {
     for g in groups {
         let _ = rt.run_if_leader(g, || async {}).await;
     }
 }
 
 /// Whether `rt` leads `group`, without starting its election.
-fn leads(rt: &Runtime, group: &str) -> bool {
+pub(super) fn leads(rt: &Runtime, group: &str) -> bool {
     rt.registered(group).is_some_and(|g| g.is_leader())
 }
 
@@ -32,7 +32,7 @@ fn led(rt: &Runtime) -> usize {
 }
 
 /// How often [`watch`] samples.
-const STEP: Duration = Duration::from_millis(5);
+pub(super) const STEP: Duration = Duration::from_millis(5);
 
 /// What [`watch`] saw.
 #[derive(Debug, Default)]
@@ -195,7 +195,11 @@ async fn a_once_runners_lease_is_never_handed_over_mid_body() {
 /// Keep a member `id` in the membership that publishes `campaigns` and
 /// leads nothing, refreshing it every renew interval: an instance that
 /// wants groups nobody else here campaigns in (it never takes any).
-fn phantom(mem: &MemoryBackend, id: &'static str, campaigns: u32) -> tokio::task::JoinHandle<()> {
+pub(super) fn phantom(
+    mem: &MemoryBackend,
+    id: &'static str,
+    campaigns: u32,
+) -> tokio::task::JoinHandle<()> {
     let backend = Backend::Memory(mem.clone());
     tokio::spawn(async move {
         let counts = Counts {
