@@ -48,9 +48,11 @@ fn in_vain(rt: &Runtime, group: &str) -> u32 {
 /// `a` joins, and, first by id, has g0 as its share. `z` stops admitting,
 /// finds the body in flight, admits again and keeps leading: the body's
 /// lease holds to its end, g0 never goes without a leader, and the next
-/// round after the body hands it over. Fails on the old code: the
+/// round after the body hands it over; a gated call while the body runs
+/// (after the hand-over was called off) runs. Fails on the old code: the
 /// hand-over drained, the view ended under the body, and the lease was
-/// left to expire (g0 leaderless for up to a ttl, the body's lease lost).
+/// left to expire (g0 leaderless for up to a ttl, the body's lease lost);
+/// and on a `quiesce` that does not admit again, the gated call is refused.
 #[tokio::test(start_paused = true)]
 async fn a_hand_over_for_the_balance_is_called_off_for_a_body_in_flight() {
     let mem = MemoryBackend::new();
@@ -77,11 +79,18 @@ async fn a_hand_over_for_the_balance_is_called_off_for_a_body_in_flight() {
             z_led += usize::from(leads(&z, "g0"));
             sleep(STEP).await;
         }
-        (samples, z_led)
+        // The body still runs, the hand-over was called off at every
+        // round since a joined: z admits gated calls again.
+        let admitted = z.run_if_leader("g0", || async {}).await.is_some();
+        (samples, z_led, admitted)
     };
-    let (valid_to_the_end, (samples, z_led)) = tokio::join!(body, during);
+    let (valid_to_the_end, (samples, z_led, admitted)) = tokio::join!(body, during);
     assert_eq!(valid_to_the_end, Some(true), "the body's lease held");
     assert_eq!(z_led, samples, "z led g0 throughout the body");
+    assert!(
+        admitted,
+        "a gated call refused after the hand-over was called off"
+    );
     // Once idle, g0 goes to a at a later round, leaderless only between
     // z's release and a's acquire (instant here).
     let end = Instant::now() + RENEW * 3;
