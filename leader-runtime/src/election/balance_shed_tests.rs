@@ -7,6 +7,7 @@ use tokio::time::{sleep, timeout, Instant};
 
 use super::balance_liveness_tests::{join, leads, phantom, STEP};
 use super::balance_tests::{balanced, names};
+use crate::balance::take_back_after;
 use crate::test_support::{RENEW, TTL};
 use crate::{Event, LostReason, MemoryBackend, Runtime};
 
@@ -130,7 +131,7 @@ async fn a_take_back_after_a_clean_release_elsewhere_is_not_in_vain() {
     drop(b);
 }
 
-/// A take-back is the first attempt after the hand-over: a win much later
+/// A take-back is the first answered attempt after the hand-over: a win much later
 /// (here: the group went out of the race during the take-back cooldown,
 /// and came back after 5 ttl) is an ordinary one, not counted in vain nor
 /// kept. `a` leads 10 groups, `b` wants 5 nobody else campaigns in, so `a`
@@ -159,5 +160,60 @@ async fn a_win_long_after_a_hand_over_is_no_take_back() {
         .map(|g| in_vain(&a, g))
         .sum();
     assert!(others > 0, "no take-back counted at all");
+    b.abort();
+}
+
+/// An operator's `set_eligible(true)` (already eligible) during the
+/// take-back cooldown does not end it: the group is not taken back before
+/// its window. `a` leads 10 groups, `b` wants 5 nobody else campaigns in,
+/// so `a` hands groups over that nobody takes. Fails on the old code: the
+/// command ended the wait, the cooldown's deadline was already taken, so
+/// the next attempt came at once (and counted as the take-back).
+#[tokio::test(start_paused = true)]
+async fn a_take_back_waits_out_its_window_through_a_set_eligible() {
+    let mem = MemoryBackend::new();
+    let a = balanced(&mem, "a");
+    join(&a, &names()).await;
+    sleep(TTL * 2).await;
+    let mut handed = a.subscribe();
+    let b = phantom(&mem, "b", 5);
+    let group = next_hand_over(&mut handed).await;
+    let handed_at = Instant::now();
+    a.set_eligible(&group, true).await.unwrap();
+    until_leads(&a, &group).await;
+    let window = take_back_after(a.config().call_timeout());
+    assert!(
+        Instant::now() >= handed_at + window,
+        "taken back {:?} after the hand-over, before its window ({window:?})",
+        Instant::now() - handed_at
+    );
+    assert_eq!(in_vain(&a, &group), 1, "the take-back counted");
+    b.abort();
+}
+
+/// A take-back attempt that fails (here: the backend is down when the
+/// window ends; a timed-out one may even have won on the server) does not
+/// spend the take-back: the win that follows is it, counted in vain.
+/// Fails on the old code: the failed attempt spent it, the win was an
+/// ordinary one, and the group could be handed over at every round, each
+/// costing a take-back window, unbounded by `VAIN_HAND_OVERS`.
+#[tokio::test(start_paused = true)]
+async fn a_failed_take_back_attempt_does_not_spend_the_take_back() {
+    let mem = MemoryBackend::new();
+    let a = balanced(&mem, "a");
+    join(&a, &names()).await;
+    sleep(TTL * 2).await;
+    let mut handed = a.subscribe();
+    let b = phantom(&mem, "b", 5);
+    let group = next_hand_over(&mut handed).await;
+    mem.set_available(false);
+    sleep(take_back_after(a.config().call_timeout()) + STEP).await;
+    mem.set_available(true);
+    until_leads(&a, &group).await;
+    assert_eq!(
+        in_vain(&a, &group),
+        1,
+        "the take-back was spent by a failure"
+    );
     b.abort();
 }
