@@ -41,12 +41,16 @@
 //! campaign in, so a hand-over may find nobody below its share who wants the
 //! group: then the leader that handed it over takes it back after
 //! [`take_back_after`] (instead of the one-`ttl` cooldown of a `step_down`):
-//! its first attempt then is the take-back, and no later one (a win after
-//! the group was out of the race, paused, or the backend failing is an
-//! ordinary one), nor one after another instance's release notice (it held
-//! the group). A group taken back is kept while the fleet's layout (the
-//! other members below their share and their campaign counts: those that
-//! could take a group) stays the same — unless a member below its share
+//! the first attempt then that wins or finds the group held decides the
+//! take-back (a failed or paused attempt does not spend it: a failed one
+//! may have won on the server, and an uncounted win after it would let
+//! every round hand the group over again), and no later one (a win after
+//! the group was out of the race or found held is an ordinary one), nor
+//! one after another instance's release notice (it held the group). Besides
+//! that notice, only leaving the race ends the window early (not a
+//! `set_eligible(true)`). A group taken back is kept while the fleet's
+//! layout (the other members below their share and their campaign counts:
+//! those that could take a group) stays the same — unless a member below its share
 //! campaigns in every group (as when all campaign in the same groups): that
 //! one wanted the group and could not take it then (its release notices
 //! down, a fault), so a later round hands it over again, up to

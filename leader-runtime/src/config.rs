@@ -413,7 +413,8 @@ impl ConfigBuilder {
     /// share). Instances do not know which groups the others campaign in:
     /// if nobody took a group handed over for the balance within
     /// 2 × 50 ms + `call_timeout`, the instance that handed it over takes
-    /// it back (with its first attempt after that window only), and keeps it
+    /// it back (with its first attempt after that window that wins or
+    /// finds it held — a failed one does not count — and no later one), and keeps it
     /// as long as the instances below their share
     /// and the numbers of groups they campaign in stay the same (when the
     /// instance below its share campaigns in every group, it wanted the

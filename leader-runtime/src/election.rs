@@ -83,11 +83,15 @@ struct Election {
     /// Balanced: this group counts as campaigned in (it is eligible).
     counted: bool,
     /// Balanced: after a hand-over for the balance, the first attempt after
-    /// the take-back cooldown takes the group back if nobody below its
-    /// share took it; whether to keep it then (see `Balance::try_shed`).
-    /// Spent by that attempt whatever it finds, and dropped when another
-    /// instance's release notice ends the cooldown (it held the group) or
-    /// the group leaves the race: a later win is no take-back.
+    /// the take-back cooldown that gets an answer takes the group back if
+    /// nobody below its share took it; whether to keep it then (see
+    /// `Balance::try_shed`). Spent by a win, dropped when an attempt finds
+    /// the group held, when a release notice comes (another instance held
+    /// the group) or when the group leaves the race: a later win is no
+    /// take-back. Kept through a failed (or paused) attempt: one that timed
+    /// out may have won on the server, and a win after it uncounted would
+    /// let every round hand the group over again, each costing a take-back
+    /// window, unbounded by `VAIN_HAND_OVERS`.
     taking_back: Option<bool>,
     /// Balanced: taken back at this layout epoch; not handed over again
     /// while the fleet's layout (the members below their share and their
@@ -169,8 +173,16 @@ impl Election {
                 if !self.wait(until, false).await {
                     return None;
                 }
-                if self.noticed && self.taking_back.take().is_some() {
-                    tracing::debug!("another instance took the group handed over for the balance and released it: campaigning as usual");
+                if self.noticed {
+                    if self.taking_back.take().is_some() {
+                        tracing::debug!("another instance took the group handed over for the balance and released it: campaigning as usual");
+                    }
+                } else if Instant::now() < until {
+                    // A `set_eligible` ended the wait early: the loop
+                    // checks the eligibility, the cooldown goes on (else
+                    // the next attempt would come at once, and a take-back
+                    // before its window). Leaving the race ends it.
+                    self.cooldown_until = Some(until);
                 }
                 continue;
             }
@@ -187,7 +199,6 @@ impl Election {
                 self.noticed = false;
             }
             let sent = Instant::now();
-            let taking_back = self.taking_back.take();
             self.group.counters.acquire_attempt();
             metrics::acquire_attempt(&self.group.name);
             let ttl = self.ctx.config.ttl;
@@ -214,7 +225,7 @@ impl Election {
                         .saw_holder(Some(&self.ctx.config.instance_id));
                     let ready_at = (!wait.is_zero()).then(|| received + wait);
                     let record_known = std::mem::replace(&mut self.record_known, true);
-                    if let Some(keep) = taking_back {
+                    if let Some(keep) = self.taking_back.take() {
                         self.taken_back(keep, why);
                     }
                     return Some(Won {
@@ -231,6 +242,8 @@ impl Election {
                     self.saw_paused(false);
                     self.group.observed.saw_holder(Some(&holder));
                     tracing::trace!(%holder, ?pttl, "lease held by another instance");
+                    // Somebody took the group handed over: no take-back.
+                    self.taking_back = None;
                     let notices_up = self.ctx.notices_up.load(Ordering::SeqCst);
                     match pttl {
                         // Try again right when it expires (it cannot expire
@@ -256,6 +269,10 @@ impl Election {
             self.group.control.mark_first_round();
             if !self.wait(wait_until, true).await {
                 return None;
+            }
+            if self.noticed {
+                // Another instance held the group and released it.
+                self.taking_back = None;
             }
         }
     }

@@ -1180,23 +1180,31 @@ async fn hands_back(fleet: &Fleet, slot: usize, since: u64) -> Result<(), String
     // The others' output is read by tasks of this process, which may lag
     // behind (seen under CPU hogs: the hand-over's `lost` line, printed
     // before its release and so before the returning leader's election,
-    // not read yet). A verdict that passes returns at once; one that fails
-    // is read again until this deadline.
+    // not read yet). Each pipe keeps its order: once a line an instance
+    // printed at or after the election is read, all it printed before is
+    // too. So wait for one from every other live instance (balanced, each
+    // prints `stats` every renew interval), at most one ttl in all, then
+    // judge once: a verdict read early passes on a loss not read yet (one
+    // that is not a hand-over), and one that fails waits for nothing.
     let deadline = tokio::time::Instant::now() + fleet.cfg.ttl;
-    loop {
-        let verdict = handed_back(fleet, slot, since, elected_at);
-        if verdict.is_ok() || tokio::time::Instant::now() >= deadline {
-            verdict?;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
+    for other in fleet.live_slots().into_iter().filter(|s| *s != slot) {
+        let other = fleet.member(other);
+        let from = super::fleet::index_after(&other.lines(), elected_at);
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        // Nothing read in time (a stalled pipe): judge what was read.
+        let _ = other
+            .wait_line(from, |l| l.time() >= elected_at, left)
+            .await;
     }
+    handed_back(fleet, slot, since, elected_at)?;
     keeps_leading(fleet, slot, elected_at, 2).await
 }
 
 /// [`hands_back`]'s verdict on the others' output as read so far: every
 /// leadership of theirs that ended between `since` and `elected_at` ended
-/// `stepped_down`, the last within the SIGTERM bound of `elected_at`.
+/// `stepped_down`, the last within the SIGTERM bound of `elected_at`. No
+/// filter by group: the fleet's instances all run the one group `chaos`
+/// (`instance_command` removes `GROUP`) and print only its events.
 fn handed_back(fleet: &Fleet, slot: usize, since: u64, elected_at: u64) -> Result<(), String> {
     let member = fleet.member(slot);
     let mut last_handover = None;

@@ -114,6 +114,11 @@ pub fn instance_command(cfg: &FleetConfig, name: &str, url: &str, store: Option<
     if let Some(store) = store {
         cmd.env("STORE_ADDR", store);
     }
+    if cfg.balanced {
+        // Followers print too, so `hands_back` knows when the harness has
+        // read an instance's output up to the returning leader's election.
+        cmd.env("STATS_MS", ms(cfg.renew));
+    }
     for (k, v) in &cfg.env {
         cmd.env(k, v);
     }

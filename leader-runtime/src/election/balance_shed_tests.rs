@@ -7,6 +7,7 @@ use tokio::time::{sleep, timeout, Instant};
 
 use super::balance_liveness_tests::{join, leads, phantom, STEP};
 use super::balance_tests::{balanced, names};
+use crate::balance::take_back_after;
 use crate::test_support::{RENEW, TTL};
 use crate::{Event, LostReason, MemoryBackend, Runtime};
 
@@ -48,9 +49,11 @@ fn in_vain(rt: &Runtime, group: &str) -> u32 {
 /// `a` joins, and, first by id, has g0 as its share. `z` stops admitting,
 /// finds the body in flight, admits again and keeps leading: the body's
 /// lease holds to its end, g0 never goes without a leader, and the next
-/// round after the body hands it over. Fails on the old code: the
+/// round after the body hands it over; a gated call while the body runs
+/// (after the hand-over was called off) runs. Fails on the old code: the
 /// hand-over drained, the view ended under the body, and the lease was
-/// left to expire (g0 leaderless for up to a ttl, the body's lease lost).
+/// left to expire (g0 leaderless for up to a ttl, the body's lease lost);
+/// and on a `quiesce` that does not admit again, the gated call is refused.
 #[tokio::test(start_paused = true)]
 async fn a_hand_over_for_the_balance_is_called_off_for_a_body_in_flight() {
     let mem = MemoryBackend::new();
@@ -77,11 +80,18 @@ async fn a_hand_over_for_the_balance_is_called_off_for_a_body_in_flight() {
             z_led += usize::from(leads(&z, "g0"));
             sleep(STEP).await;
         }
-        (samples, z_led)
+        // The body still runs, the hand-over was called off at every
+        // round since a joined: z admits gated calls again.
+        let admitted = z.run_if_leader("g0", || async {}).await.is_some();
+        (samples, z_led, admitted)
     };
-    let (valid_to_the_end, (samples, z_led)) = tokio::join!(body, during);
+    let (valid_to_the_end, (samples, z_led, admitted)) = tokio::join!(body, during);
     assert_eq!(valid_to_the_end, Some(true), "the body's lease held");
     assert_eq!(z_led, samples, "z led g0 throughout the body");
+    assert!(
+        admitted,
+        "a gated call refused after the hand-over was called off"
+    );
     // Once idle, g0 goes to a at a later round, leaderless only between
     // z's release and a's acquire (instant here).
     let end = Instant::now() + RENEW * 3;
@@ -121,7 +131,7 @@ async fn a_take_back_after_a_clean_release_elsewhere_is_not_in_vain() {
     drop(b);
 }
 
-/// A take-back is the first attempt after the hand-over: a win much later
+/// A take-back is the first answered attempt after the hand-over: a win much later
 /// (here: the group went out of the race during the take-back cooldown,
 /// and came back after 5 ttl) is an ordinary one, not counted in vain nor
 /// kept. `a` leads 10 groups, `b` wants 5 nobody else campaigns in, so `a`
@@ -150,5 +160,60 @@ async fn a_win_long_after_a_hand_over_is_no_take_back() {
         .map(|g| in_vain(&a, g))
         .sum();
     assert!(others > 0, "no take-back counted at all");
+    b.abort();
+}
+
+/// An operator's `set_eligible(true)` (already eligible) during the
+/// take-back cooldown does not end it: the group is not taken back before
+/// its window. `a` leads 10 groups, `b` wants 5 nobody else campaigns in,
+/// so `a` hands groups over that nobody takes. Fails on the old code: the
+/// command ended the wait, the cooldown's deadline was already taken, so
+/// the next attempt came at once (and counted as the take-back).
+#[tokio::test(start_paused = true)]
+async fn a_take_back_waits_out_its_window_through_a_set_eligible() {
+    let mem = MemoryBackend::new();
+    let a = balanced(&mem, "a");
+    join(&a, &names()).await;
+    sleep(TTL * 2).await;
+    let mut handed = a.subscribe();
+    let b = phantom(&mem, "b", 5);
+    let group = next_hand_over(&mut handed).await;
+    let handed_at = Instant::now();
+    a.set_eligible(&group, true).await.unwrap();
+    until_leads(&a, &group).await;
+    let window = take_back_after(a.config().call_timeout());
+    assert!(
+        Instant::now() >= handed_at + window,
+        "taken back {:?} after the hand-over, before its window ({window:?})",
+        Instant::now() - handed_at
+    );
+    assert_eq!(in_vain(&a, &group), 1, "the take-back counted");
+    b.abort();
+}
+
+/// A take-back attempt that fails (here: the backend is down when the
+/// window ends; a timed-out one may even have won on the server) does not
+/// spend the take-back: the win that follows is it, counted in vain.
+/// Fails on the old code: the failed attempt spent it, the win was an
+/// ordinary one, and the group could be handed over at every round, each
+/// costing a take-back window, unbounded by `VAIN_HAND_OVERS`.
+#[tokio::test(start_paused = true)]
+async fn a_failed_take_back_attempt_does_not_spend_the_take_back() {
+    let mem = MemoryBackend::new();
+    let a = balanced(&mem, "a");
+    join(&a, &names()).await;
+    sleep(TTL * 2).await;
+    let mut handed = a.subscribe();
+    let b = phantom(&mem, "b", 5);
+    let group = next_hand_over(&mut handed).await;
+    mem.set_available(false);
+    sleep(take_back_after(a.config().call_timeout()) + STEP).await;
+    mem.set_available(true);
+    until_leads(&a, &group).await;
+    assert_eq!(
+        in_vain(&a, &group),
+        1,
+        "the take-back was spent by a failure"
+    );
     b.abort();
 }

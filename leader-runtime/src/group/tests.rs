@@ -246,3 +246,29 @@ async fn a_drain_whose_fence_failed_never_reports_all_finished() {
     assert_eq!(Instant::now(), deadline, "waited out the deadline");
     a.shutdown().await;
 }
+
+/// `quiesce` (a hand-over for the balance, called off for a run in flight)
+/// leaves admission as it found it unless it says `true`: a run in flight
+/// gives `false` with admission back on (else the group, still led, would
+/// refuse every gated call until its next leadership); no run gives `true`
+/// with admission off (the drain that follows is immediate); admission
+/// already off stays off either way. Fails on a `quiesce` that forgets to
+/// admit again (the first case).
+#[test]
+fn quiesce_admits_again_only_what_it_stopped_for_a_run_in_flight() {
+    let group = crate::group::Group::new("g".into(), crate::group::mailbox().0);
+    let runs = &group.runs;
+    runs.admitting.store(true, SeqCst);
+    runs.enter();
+    assert!(!runs.quiesce(), "a run in flight: called off");
+    assert!(runs.admitting(), "admission back on after calling off");
+    runs.leave();
+    assert!(runs.quiesce(), "no run in flight: quiesced");
+    assert!(!runs.admitting(), "admission stays off for the drain");
+    runs.enter();
+    assert!(!runs.quiesce(), "a run in flight while not admitting");
+    assert!(!runs.admitting(), "admission that was off stays off");
+    runs.leave();
+    assert!(runs.quiesce());
+    assert!(!runs.admitting());
+}
