@@ -405,8 +405,10 @@
 //! with another `ttl` the timings not set follow it, see
 //! [`ConfigBuilder::build`]):
 //!
-//! - the leader renews every `renew_interval`, on a grid of wall-clock time
-//!   (steps of at most 250 ms) that every instance shares; a failed or
+//! - the leader renews every `renew_interval`, at a phase of it (in
+//!   wall-clock time) that each instance draws once, so all the leases one
+//!   instance holds are renewed together (a group just won is renewed once
+//!   early, at the next such instant); a failed or
 //!   timed-out renew is retried quickly (every `renew_interval / 10`,
 //!   5–200 ms) while the view is valid;
 //! - a follower whose acquire found a holder sleeps until that lease's `PTTL`

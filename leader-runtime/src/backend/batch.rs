@@ -1,19 +1,23 @@
 //! Renewals and follower attempts of many groups in a few round trips.
 //!
-//! Leaders renew on a grid of wall-clock time ([`RenewBatcher::align`]), so
-//! that after their first renewal the leaders of every instance renew at the
-//! same instants, and their leases expire at the same instants. Renewals
-//! that arrive together are sent as one `renew_many.lua` call per chunk of
-//! keys (per hash slot on a cluster), the chunks at once on the one
-//! multiplexed connection: 10,000 leaders cost about twenty commands per
-//! tick, not 10,000 round trips.
+//! Each runtime renews all its leases at one phase of the renew interval
+//! ([`RenewBatcher::align`]): a renewal due at `t` is sent at the last
+//! instant up to `t` that lies on this runtime's phase, so after its first
+//! renewal every lease the runtime holds is renewed at the same instants,
+//! and expires at the same instants, however the groups were won (at a
+//! first election, one by one from a crashed leader, by hand-overs for the
+//! balance). Renewals that arrive together are sent as one `renew_many.lua`
+//! call per chunk of keys (per hash slot on a cluster), the chunks at once
+//! on the one multiplexed connection: 10,000 leaders cost about twenty
+//! commands per tick, not 10,000 round trips. Each runtime draws its own
+//! phase: when one instance dies, only its leases expire at its instant.
 //!
 //! Followers do the same ([`AttemptBatcher`]): an attempt waits for the
 //! lease's expiry moved onto a grid ([`AttemptBatcher::follow_at`]), so the
 //! attempts of the groups whose leases expire together (renewed together)
 //! are due together, and go as one `acquire_many.lua` call per chunk. A
-//! follower's load then grows with its hash slots and the leaders' renew
-//! instants, not with its groups.
+//! follower's load then grows with its hash slots and the number of leaders
+//! (one renew phase each), not with its groups.
 
 use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
@@ -33,9 +37,6 @@ use crate::{Error, Result};
 /// At most this many groups per script call (three keys each), which bounds how long one call
 /// keeps the server busy (well under a millisecond).
 const MAX_GROUPS: usize = 500;
-
-/// The grid is at most this fine; it is finer for renew intervals under 500 ms.
-const MAX_GRID: Duration = Duration::from_millis(250);
 
 /// Follower attempts are due on a grid this fine: the attempts of leases
 /// that expire within one step go together.
@@ -116,8 +117,12 @@ struct Request {
 #[derive(Clone)]
 pub(crate) struct RenewBatcher {
     requests: mpsc::UnboundedSender<Request>,
-    /// The renew grid.
+    /// Wall-clock time, which the phase is counted in.
     grid: Grid,
+    /// This runtime's renew phase, as a fraction of the renew interval
+    /// (`phase / 2^64`), drawn once: every lease it holds is renewed at
+    /// that phase.
+    phase: u64,
 }
 
 struct Scripts {
@@ -144,25 +149,47 @@ impl RenewBatcher {
             )),
         });
         tokio::spawn(run(conn, cluster, scripts, rx));
+        Self::sending_on(requests)
+    }
+
+    /// A batcher sending `requests` to its task, with a phase of its own.
+    fn sending_on(requests: mpsc::UnboundedSender<Request>) -> Self {
+        let phase =
+            u64::from(crate::jitter::random_u32()) << 32 | u64::from(crate::jitter::random_u32());
         Self {
             requests,
             grid: Grid::wall_clock(),
+            phase,
         }
     }
 
     /// When to renew a lease due for renewal at `due` (renewing every
-    /// `every`): `due` moved back onto the wall-clock grid, by less than one
-    /// step of at most `every / 2`. Renewing early is always safe: a renewal
-    /// extends the view from the instant it is sent. A leader renewing on the
-    /// grid stays on it: its next renewal is exactly `every` later. Every
-    /// instance with the same `every` shares the grid, so their leases
-    /// expire on few instants, which their followers' attempts batch on.
+    /// `every`): the last instant up to `due` on this runtime's phase of
+    /// `every` (of wall-clock time), less than `every` before `due`.
+    /// Renewing early is always safe: a renewal extends the view from the
+    /// instant it is sent; never later than `due`. A lease renewed on the
+    /// phase stays on it: sent a little after a phase instant, its next
+    /// renewal is due a little after the next one, which it moves back to.
+    /// A lease just won (its first renewal due `every` after its
+    /// acquisition, off the phase) is renewed once early, at the first
+    /// phase instant after its acquisition, and is on the phase from then
+    /// on: at most one extra renewal per win, and no tight loop — the
+    /// instant returned is always after `due - every` (the instant the
+    /// previous renewal, or the acquisition, was sent), so a renewal that
+    /// found it passed already lands on the next phase instant.
     pub(crate) fn align(&self, due: Instant, every: Duration) -> Instant {
-        let steps = every
-            .as_nanos()
-            .div_ceil(MAX_GRID.as_nanos())
-            .clamp(2, u128::from(u32::MAX));
-        self.grid.floor(due, every / steps as u32)
+        let every_ns = every.as_nanos();
+        if every_ns == 0 {
+            return due;
+        }
+        let phase = (u128::from(self.phase) * every_ns) >> 64;
+        // How far `due` is past the last phase instant: less than `every`.
+        let past = (self.grid.past(due, every_ns) + every_ns - phase) % every_ns;
+        u64::try_from(past)
+            .ok()
+            .and_then(|past| due.checked_sub(Duration::from_nanos(past)))
+            // An interval of centuries: renew when due.
+            .unwrap_or(due)
     }
 
     /// Renew one group's lease as part of the next batch.
@@ -481,35 +508,152 @@ mod tests {
         assert_ne!(slot(b"foo{}{bar}"), slot(b"bar"));
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn renew_times_fall_on_a_grid_and_stay_there() {
+    /// A batcher (no task behind it) whose phase is `quarters` / 4 of the
+    /// renew interval, counted from now.
+    fn batcher_at(quarters: u64) -> RenewBatcher {
         let (tx, _rx) = mpsc::unbounded_channel();
-        let batcher = RenewBatcher {
+        RenewBatcher {
             requests: tx,
             grid: Grid::from_now(),
-        };
+            phase: quarters << 62,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn renew_times_fall_on_the_phase_and_stay_there() {
+        let batcher = batcher_at(1);
         let every = Duration::from_secs(5);
-        let step = Duration::from_millis(250);
         let epoch = batcher.grid.at;
-        // Leaders elected at different instants renew on the same grid point.
-        let a = batcher.align(epoch + Duration::from_millis(5_010), every);
-        let b = batcher.align(epoch + Duration::from_millis(5_240), every);
-        assert_eq!(a, epoch + every);
+        // This runtime's phase instants: 1.25 s, 6.25 s, 11.25 s, ...
+        let on_phase = |at: Instant| (at - epoch).as_millis() % 5_000 == 1_250;
+        // Leaders elected at different instants renew at the same phase instant.
+        let a = batcher.align(epoch + Duration::from_millis(6_260), every);
+        let b = batcher.align(epoch + Duration::from_millis(11_240), every);
+        assert_eq!(a, epoch + Duration::from_millis(6_250));
         assert_eq!(a, b);
-        // Early by less than one step, never late.
-        for due_ms in [5_000, 5_001, 5_249, 5_250, 7_777] {
+        // Early by less than one interval, never late.
+        for due_ms in [5_000, 5_001, 6_249, 6_250, 6_251, 7_777, 11_249] {
             let due = epoch + Duration::from_millis(due_ms);
             let at = batcher.align(due, every);
-            assert!(at <= due && due - at < step, "{due_ms}");
+            assert!(at <= due && due - at < every, "{due_ms}");
+            assert!(on_phase(at), "{due_ms}: {:?}", at - epoch);
         }
-        // A renewal sent a little after a grid point keeps the next one on the grid.
+        // A renewal sent a little after a phase instant keeps the next one on it.
         let next = batcher.align(a + Duration::from_millis(3) + every, every);
         assert_eq!(next, a + every);
-        // Short intervals: at least two steps per interval.
+        // Short intervals: the phase scales with the interval.
         let short = Duration::from_millis(300);
         let at = batcher.align(epoch + Duration::from_millis(310), short);
-        assert_eq!(at, epoch + Duration::from_millis(300));
-        let at = batcher.align(epoch + Duration::from_millis(440), short);
-        assert_eq!(at, epoch + Duration::from_millis(300));
+        assert_eq!(at, epoch + Duration::from_millis(75));
+        let at = batcher.align(epoch + Duration::from_millis(374), short);
+        assert_eq!(at, epoch + Duration::from_millis(75));
+        // Degenerate intervals: never later than due, nothing to divide by zero.
+        let due = epoch + Duration::from_millis(1);
+        assert_eq!(batcher.align(due, Duration::ZERO), due);
+        let at = batcher.align(due, Duration::from_nanos(3));
+        assert!(at <= due && due - at < Duration::from_nanos(3));
+    }
+
+    /// Renew like `Election::leading`: the first renewal aligned from
+    /// `won + every`, each next one from when the last was sent, each
+    /// round trip taking `rtt`; the instants sent, up to `until`.
+    async fn renewals(
+        batcher: RenewBatcher,
+        won: Instant,
+        every: Duration,
+        rtt: Duration,
+        until: Instant,
+    ) -> Vec<Instant> {
+        tokio::time::sleep_until(won + rtt).await;
+        let mut next = batcher.align(won + every, every);
+        let mut sent = vec![];
+        loop {
+            tokio::time::sleep_until(next).await;
+            let now = Instant::now();
+            if now >= until {
+                return sent;
+            }
+            sent.push(now);
+            tokio::time::sleep(rtt).await;
+            next = batcher.align(now + every, every);
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn groups_won_at_different_instants_renew_at_one_instant() {
+        // Old code: each of these groups stayed on the 250 ms grid point of
+        // its win, five renew instants per interval.
+        let batcher = batcher_at(3);
+        let every = Duration::from_secs(5);
+        let rtt = Duration::from_millis(40);
+        let epoch = batcher.grid.at;
+        let until = epoch + Duration::from_secs(60);
+        // Won at different instants; the last one 10 ms before a phase
+        // instant (3.75 s), so its first renewal finds that instant passed.
+        let wins = [300, 1_700, 3_740, 4_990, 6_200];
+        let tasks: Vec<_> = wins
+            .iter()
+            .map(|&ms| {
+                let won = epoch + Duration::from_millis(ms);
+                tokio::spawn(renewals(batcher.clone(), won, every, rtt, until))
+            })
+            .collect();
+        let mut all = vec![];
+        for (task, ms) in tasks.into_iter().zip(wins) {
+            let sent = task.await.unwrap();
+            let won = epoch + Duration::from_millis(ms);
+            // Never late: each renewal within `every` of the one before.
+            let mut last = won;
+            for &at in &sent {
+                assert!(at > last && at <= last + rtt + every, "won at {ms} ms");
+                last = at;
+            }
+            // At most one renewal more than one per interval (the early first).
+            let intervals = (until - won).as_millis() / every.as_millis();
+            assert!(
+                sent.len() as u128 <= intervals + 1,
+                "won at {ms} ms: {sent:?}"
+            );
+            all.push(sent);
+        }
+        // From 10 s on (every group has renewed once), every group renews at
+        // the same instants: one batch per interval.
+        let late = |sent: &Vec<Instant>| -> Vec<Instant> {
+            let from = epoch + Duration::from_secs(10);
+            sent.iter().copied().filter(|&at| at >= from).collect()
+        };
+        for sent in &all[1..] {
+            assert_eq!(late(sent), late(&all[0]));
+        }
+        let from_10s: Vec<u128> = late(&all[0])
+            .iter()
+            .map(|&at| (at - epoch).as_millis())
+            .collect();
+        assert_eq!(
+            from_10s,
+            [13_750, 18_750, 23_750, 28_750, 33_750, 38_750, 43_750, 48_750, 53_750, 58_750]
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn runtimes_draw_different_renew_phases() {
+        // Old code: every runtime on the one wall-clock grid (250 ms steps),
+        // so a crash freed leases at the instants other leaders renewed at.
+        // A long interval makes two random phases closer than a second
+        // unlikely (about 1 in 170,000 for three runtimes).
+        let every = Duration::from_secs(1_000_000);
+        let due = Instant::now() + every;
+        let aligned: Vec<Instant> = (0..3)
+            .map(|_| {
+                let (tx, _rx) = mpsc::unbounded_channel();
+                RenewBatcher::sending_on(tx).align(due, every)
+            })
+            .collect();
+        for (i, a) in aligned.iter().enumerate() {
+            for b in &aligned[i + 1..] {
+                let apart = a.max(b).duration_since(*a.min(b));
+                assert!(apart > Duration::from_secs(1), "{aligned:?}");
+            }
+        }
     }
 }
