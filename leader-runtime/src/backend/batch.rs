@@ -177,12 +177,27 @@ impl RenewBatcher {
     /// instant returned is always after `due - every` (the instant the
     /// previous renewal, or the acquisition, was sent), so a renewal that
     /// found it passed already lands on the next phase instant.
+    ///
+    /// When `every` is a multiple of [`EARLY_STEP`], the phase is one too
+    /// (a random one of `every / EARLY_STEP`), so the leases expire just
+    /// after an instant of the followers' early grid (`ttl` a multiple of
+    /// it as well, as by default): their early attempts at those leases
+    /// then fall due at that instant every time, not at one or the other
+    /// side of a grid step by how late a reply came (a call more); and they
+    /// come about when the leader renews: one that arrives after the
+    /// renewal learns the expiry it set, and asks again a `ttl` later, not
+    /// `ttl - every`.
     pub(crate) fn align(&self, due: Instant, every: Duration) -> Instant {
         let every_ns = every.as_nanos();
         if every_ns == 0 {
             return due;
         }
-        let phase = (u128::from(self.phase) * every_ns) >> 64;
+        let step = EARLY_STEP.as_nanos();
+        let phase = if every_ns >= step && every_ns % step == 0 {
+            ((u128::from(self.phase) * (every_ns / step)) >> 64) * step
+        } else {
+            (u128::from(self.phase) * every_ns) >> 64
+        };
         // How far `due` is past the last phase instant: less than `every`.
         let past = (self.grid.past(due, every_ns) + every_ns - phase) % every_ns;
         u64::try_from(past)
@@ -577,6 +592,18 @@ mod tests {
         assert_eq!(at, epoch + Duration::from_millis(75));
         let at = batcher.align(epoch + Duration::from_millis(374), short);
         assert_eq!(at, epoch + Duration::from_millis(75));
+        // Any phase of an interval of whole early steps is a whole step.
+        let drawn = RenewBatcher {
+            phase: 0x9e37_79b9_7f4a_7c15,
+            ..batcher.clone()
+        };
+        let at = drawn.align(epoch + Duration::from_secs(60), every);
+        assert_eq!(
+            (at - epoch).as_nanos() % EARLY_STEP.as_nanos(),
+            0,
+            "{:?}",
+            at - epoch
+        );
         // Degenerate intervals: never later than due, nothing to divide by zero.
         let due = epoch + Duration::from_millis(1);
         assert_eq!(batcher.align(due, Duration::ZERO), due);
