@@ -748,11 +748,14 @@ async fn crash_failover(
     let redis0 = redis_cpu(server).await;
     let deadline = tokio::time::Instant::now() + ttl * 2;
     let mut latencies: BTreeMap<usize, u64> = BTreeMap::new();
-    // When Redis granted each new lease: a poll's send time + its PTTL −
-    // ttl (the lease's PTTL counts down from ttl at the acquisition), at
-    // most a poll late if the new leader renewed it in between. Tells a
-    // late attempt (late in Redis) from a late winner (late after Redis).
+    // When Redis granted each new lease, at the latest: a poll's reply time
+    // + its PTTL − ttl (the lease's PTTL counts down from ttl at the
+    // acquisition; the PTTL was read before the reply came, so this is
+    // never before the acquisition, and later by as much as the poll's
+    // reply took: its longest round trip is printed). Tells a late attempt
+    // (late in Redis) from a late winner (late after Redis).
     let mut acquired: BTreeMap<usize, u64> = BTreeMap::new();
+    let mut slowest_poll = 0u64;
     let ttl_ns = u64::try_from(ttl.as_nanos()).expect("ttl");
     while latencies.len() < led.len() && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -764,9 +767,11 @@ async fn crash_failover(
         if !open.is_empty() {
             let polled = monotonic_now_ns();
             let (now_held, now_pttls) = leases_of(server, &open).await;
+            let replied = monotonic_now_ns();
+            slowest_poll = slowest_poll.max(replied - polled);
             for ((g, holder), ms) in open.iter().zip(now_held).zip(now_pttls) {
                 if holder.is_some_and(|h| h != victim_id) && ms > 0 {
-                    let at = (polled + u64::try_from(ms).unwrap_or(0) * 1_000_000)
+                    let at = (replied + u64::try_from(ms).unwrap_or(0) * 1_000_000)
                         .saturating_sub(ttl_ns);
                     acquired.insert(*g, at);
                 }
@@ -843,7 +848,13 @@ async fn crash_failover(
     let mut in_redis: Vec<f64> = acquired.iter().map(|(g, &ns)| ms(ns, expiry[g])).collect();
     println!(
         "{}",
-        summary("  of which: expiry -> acquired in Redis", &mut in_redis)
+        summary(
+            &format!(
+                "  of which: expiry -> acquired in Redis, at most (polls took up to {:.1} ms)",
+                slowest_poll as f64 / 1e6
+            ),
+            &mut in_redis
+        )
     );
     let mut to_line: Vec<f64> = latencies
         .iter()
@@ -851,7 +862,10 @@ async fn crash_failover(
         .collect();
     println!(
         "{}",
-        summary("  of which: acquired -> elected line", &mut to_line)
+        summary(
+            "  of which: acquired -> elected line, at least",
+            &mut to_line
+        )
     );
     println!(
         "{mode}: the wave (100 ms before the first expiry to 1 s after the last): {calls} evalsha calls, \

@@ -193,7 +193,7 @@ impl RenewBatcher {
             return due;
         }
         let step = EARLY_STEP.as_nanos();
-        let phase = if every_ns >= step && every_ns % step == 0 {
+        let phase = if every_ns >= step && every_ns.is_multiple_of(step) {
             ((u128::from(self.phase) * (every_ns / step)) >> 64) * step
         } else {
             (u128::from(self.phase) * every_ns) >> 64
