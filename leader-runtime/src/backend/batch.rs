@@ -10,7 +10,11 @@
 //! call per chunk of keys (per hash slot on a cluster), the chunks at once
 //! on the one multiplexed connection: 10,000 leaders cost about twenty
 //! commands per tick, not 10,000 round trips. Each runtime draws its own
-//! phase: when one instance dies, only its leases expire at its instant.
+//! phase (a step of the followers' 250 ms grid when the interval is made of
+//! such steps): when one instance dies, only its leases expire at its
+//! instant. A batch is what arrives together: on Redis, until no request
+//! came for a few milliseconds ([`gather`]), so tasks that the OS
+//! preempted do not make calls of their own.
 //!
 //! Followers do the same ([`AttemptBatcher`]): an attempt waits for the
 //! lease's expiry moved onto a grid ([`AttemptBatcher::follow_at`]), so the
