@@ -419,10 +419,8 @@
 //!   until just after it (on a 10 ms grid); plus up to 5 ms that each
 //!   instance draws per grid step; `retry_interval` paces retries only when that knowledge
 //!   is missing (after an error, or while the notice connection is down).
-//!   On Redis an attempt then waits for the attempts due with it (until
-//!   none came for 4 ms, at most 20 ms: one call for them all). So a
-//!   follower *asks* about 20 ms after a crashed leader's lease expires at
-//!   most, and a graceful handover takes one round trip and that wait. With many groups
+//!   So a follower *asks* at most 15 ms after a crashed leader's lease
+//!   expires, and a graceful handover takes one round trip. With many groups
 //!   per instance the last group's new view begins later than that: on a
 //!   2-core machine, 20 instances × 1,000 groups were re-elected within
 //!   42–87 ms (p99) of the expiry, × 5,000 within 0.41–0.46 s (BENCHMARKS.md,
