@@ -612,13 +612,19 @@ async fn settle_shares(
 /// Each lease's holder (`GET`; `None`: free) and remaining ms (`PTTL`), in
 /// one script call.
 async fn lease_holders(server: &RedisServer, groups: usize) -> (Vec<Option<String>>, Vec<i64>) {
+    leases_of(server, &(0..groups).collect::<Vec<_>>()).await
+}
+
+/// [`lease_holders`] of the groups with these indices, in their order.
+async fn leases_of(server: &RedisServer, groups: &[usize]) -> (Vec<Option<String>>, Vec<i64>) {
     const SCRIPT: &str = "local out = {} for i = 1, #KEYS do \
          out[2 * i - 1] = redis.call('GET', KEYS[i]) or '' \
          out[2 * i] = redis.call('PTTL', KEYS[i]) end return out";
-    let keys: Vec<String> = group_names(groups)
+    let keys: Vec<String> = groups
         .iter()
-        .map(|g| format!("leader:{{{g}}}:lease"))
+        .map(|g| format!("leader:{{g{g}}}:lease"))
         .collect();
+    let groups = groups.len();
     let count = groups.to_string();
     let mut call = vec!["EVAL", SCRIPT, &count];
     call.extend(keys.iter().map(String::as_str));
@@ -742,8 +748,35 @@ async fn crash_failover(
     let redis0 = redis_cpu(server).await;
     let deadline = tokio::time::Instant::now() + ttl * 2;
     let mut latencies: BTreeMap<usize, u64> = BTreeMap::new();
+    // When Redis granted each new lease, at the latest: a poll's reply time
+    // + its PTTL − ttl (the lease's PTTL counts down from ttl at the
+    // acquisition; the PTTL was read before the reply came, so this is
+    // never before the acquisition, and later by as much as the poll's
+    // reply took: its longest round trip is printed). Tells a late attempt
+    // (late in Redis) from a late winner (late after Redis).
+    let mut acquired: BTreeMap<usize, u64> = BTreeMap::new();
+    let mut slowest_poll = 0u64;
+    let ttl_ns = u64::try_from(ttl.as_nanos()).expect("ttl");
     while latencies.len() < led.len() && tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let open: Vec<usize> = led
+            .iter()
+            .copied()
+            .filter(|g| !acquired.contains_key(g))
+            .collect();
+        if !open.is_empty() {
+            let polled = monotonic_now_ns();
+            let (now_held, now_pttls) = leases_of(server, &open).await;
+            let replied = monotonic_now_ns();
+            slowest_poll = slowest_poll.max(replied - polled);
+            for ((g, holder), ms) in open.iter().zip(now_held).zip(now_pttls) {
+                if holder.is_some_and(|h| h != victim_id) && ms > 0 {
+                    let at = (replied + u64::try_from(ms).unwrap_or(0) * 1_000_000)
+                        .saturating_sub(ttl_ns);
+                    acquired.insert(*g, at);
+                }
+            }
+        }
         for (i, (child, &from)) in children.iter().zip(&marks).enumerate() {
             if i == victim {
                 continue;
@@ -811,6 +844,28 @@ async fn crash_failover(
     println!(
         "{}",
         summary("after the lease's expiry (Redis PTTL)", &mut from_expiry)
+    );
+    let mut in_redis: Vec<f64> = acquired.iter().map(|(g, &ns)| ms(ns, expiry[g])).collect();
+    println!(
+        "{}",
+        summary(
+            &format!(
+                "  of which: expiry -> acquired in Redis, at most (polls took up to {:.1} ms)",
+                slowest_poll as f64 / 1e6
+            ),
+            &mut in_redis
+        )
+    );
+    let mut to_line: Vec<f64> = latencies
+        .iter()
+        .filter_map(|(g, &ns)| Some(ms(ns, *acquired.get(g)?)))
+        .collect();
+    println!(
+        "{}",
+        summary(
+            "  of which: acquired -> elected line, at least",
+            &mut to_line
+        )
     );
     println!(
         "{mode}: the wave (100 ms before the first expiry to 1 s after the last): {calls} evalsha calls, \

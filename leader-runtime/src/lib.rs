@@ -405,8 +405,10 @@
 //! with another `ttl` the timings not set follow it, see
 //! [`ConfigBuilder::build`]):
 //!
-//! - the leader renews every `renew_interval`, on a grid of wall-clock time
-//!   (steps of at most 250 ms) that every instance shares; a failed or
+//! - the leader renews every `renew_interval`, at a phase of it (in
+//!   wall-clock time) that each instance draws once, so all the leases one
+//!   instance holds are renewed together (a group just won is renewed once
+//!   early, at the next such instant); a failed or
 //!   timed-out renew is retried quickly (every `renew_interval / 10`,
 //!   5–200 ms) while the view is valid;
 //! - a follower whose acquire found a holder sleeps until that lease's `PTTL`
@@ -423,7 +425,8 @@
 //!   2-core machine, 20 instances × 1,000 groups were re-elected within
 //!   42–87 ms (p99) of the expiry, × 5,000 within 0.41–0.46 s (BENCHMARKS.md,
 //!   "Crash failover at a common expiry");
-//! - the renewals of one instance that fall due together go to Redis as one
+//! - the renewals of one instance that fall due together (on its renew
+//!   phase) go to Redis as one
 //!   `renew_many` call, and its follower attempts that fall due together as
 //!   one `acquire_many` call (each group's answer is the acquire's above),
 //!   per hash slot and per 500 groups. Leases renewed together expire

@@ -1,6 +1,7 @@
 //! Renewals of many groups of one runtime go to Redis in batches: a few
-//! script calls per renew tick, not one per group; and one group's broken
-//! key does not fail the renewals of the others in its batch.
+//! script calls per renew tick, not one per group, also for groups won at
+//! different instants; and one group's broken key does not fail the
+//! renewals of the others in its batch.
 
 use std::time::Duration;
 
@@ -66,6 +67,34 @@ async fn many_groups_renew_in_a_few_script_calls_per_tick() {
         server.report()
     );
     assert!(names().iter().all(|g| rt.is_leader(g)));
+    rt.shutdown().await;
+}
+
+#[tokio::test]
+async fn groups_won_at_different_instants_renew_in_one_call_per_tick() {
+    // Old code: groups renewed on a fleet-wide grid of RENEW / 2 steps, so
+    // groups won a quarter of an interval apart stayed on two grid points,
+    // two calls a tick (about 20 in the window below).
+    let server = RedisServer::start().await.unwrap();
+    let rt = instance(&server);
+    let names = names();
+    for wave in names.chunks(GROUPS / 4) {
+        for g in wave {
+            rt.is_leader(g);
+        }
+        // Not a synchronisation: the waves are won at different instants.
+        sleep(RENEW / 4).await;
+    }
+    lead_all(&rt, &server).await;
+    // Every group has renewed once (a group just won renews early, once).
+    sleep(RENEW * 2).await;
+    server.cmd(&["CONFIG", "RESETSTAT"]).await.unwrap();
+    sleep(RENEW * 10).await;
+    let calls = command_calls(&server, "evalsha").await;
+    // One call per tick, and slack for a tick on the window's edge or a
+    // batch split in two by a slow wake-up.
+    assert!(calls <= 14, "{calls} script calls\n{}", server.report());
+    assert!(names.iter().all(|g| rt.is_leader(g)));
     rt.shutdown().await;
 }
 

@@ -60,7 +60,7 @@ async fn followers_of_many_groups_cost_a_few_calls_per_expiry_and_still_fail_ove
             assert!(f.run_if_leader(&g, || async {}).await.is_none(), "{g}");
         }
     }
-    // Settle (renew grid, first expiries), then count over a window.
+    // Settle (renew phase, first expiries), then count over a window.
     sleep(TTL * 2).await;
     server.cmd(&["CONFIG", "RESETSTAT"]).await.unwrap();
     let attempts = |rt: &Runtime| -> u64 {
@@ -75,10 +75,10 @@ async fn followers_of_many_groups_cost_a_few_calls_per_expiry_and_still_fail_ove
     let calls = command_calls(&server, "evalsha").await;
     let attempted = followers.iter().map(attempts).sum::<u64>() - before;
     // The model (BENCHMARKS.md): the leader renews its 200 groups in one call
-    // per renew tick, on at most 2 grid points per tick while the groups'
-    // first elections straddled a grid step; each follower wakes once per
-    // expiry of those leases, at most once per (ttl - renew), again on at
-    // most 2 grid points, and asks for every group due in one call.
+    // per renew tick (all on its renew phase); each follower wakes once per
+    // expiry of those leases, at most once per (ttl - renew), and asks for
+    // every group due in one call. Twice that: slack for a batch split in
+    // two by a slow wake-up.
     let ticks = window.as_millis() / RENEW.as_millis() + 1;
     let wakes = window.as_millis() / (TTL - RENEW).as_millis() + 1;
     let model = (2 * ticks + 2 * FOLLOWERS as u128 * wakes) as u64;

@@ -65,8 +65,9 @@ async fn failed_calls_fail_fast_and_retries_follow_retry_interval() {
 async fn a_leader_notices_a_restarted_redis_before_its_next_renewal() {
     let mut server = RedisServer::start().await.unwrap();
     let ttl = Duration::from_secs(1);
-    // A long renew interval: the next renewal is at least 600 ms away (the
-    // renewal grid moves it back by less than one 200 ms step).
+    // A long renew interval: the next renewal is at least 600 ms away (a
+    // renewal sent on the runtime's renew phase, as every renewal after a
+    // group's first is, has the next one a full interval later).
     let renew = Duration::from_millis(800);
     let rt = runtime(&server, ttl, renew);
     let mut events = rt.subscribe();

@@ -256,8 +256,9 @@ impl Backend {
     }
 
     /// When a leader renews a lease due for renewal at `due` (renewing every
-    /// `every`): Redis moves it back onto a grid shared by its groups so that
-    /// their renewals batch; in memory, `due` itself.
+    /// `every`): Redis moves it back onto this runtime's renew phase, which
+    /// all its groups share so that their renewals batch (see
+    /// `batch::RenewBatcher::align`); in memory, `due` itself.
     pub(crate) fn renew_at(&self, due: Instant, every: Duration) -> Instant {
         match self {
             Backend::Redis(b) => b.renew_at(due, every),

@@ -727,7 +727,8 @@ impl RedisBackend {
         renewals.renew(op.group, op.keys, op.id, millis(ttl)).await
     }
 
-    /// When to renew a lease due at `due`: on the grid the batches share.
+    /// When to renew a lease due at `due`: on the renew phase this runtime's
+    /// batches share.
     pub(super) fn renew_at(&self, due: Instant, every: Duration) -> Instant {
         match &self.renewals {
             Some(renewals) => renewals.align(due, every),
