@@ -12,9 +12,10 @@
 //! commands per tick, not 10,000 round trips. Each runtime draws its own
 //! phase (a step of the followers' 250 ms grid when the interval is made of
 //! such steps): when one instance dies, only its leases expire at its
-//! instant. A batch of renewals is what arrives together: on Redis, until
-//! no request came for a few milliseconds ([`gather`]), so tasks that the
-//! OS preempted do not make calls of their own.
+//! instant. A batch (of renewals, or of attempts) is what arrives
+//! together: on Redis, until no request came for a few milliseconds
+//! ([`gather`]), so tasks that the OS preempted do not make calls of their
+//! own.
 //!
 //! Followers do the same ([`AttemptBatcher`]): an attempt waits for the
 //! lease's expiry moved onto a grid ([`AttemptBatcher::follow_at`]), so the
@@ -474,12 +475,17 @@ impl AttemptBatcher {
 
 async fn run_attempts(backend: Backend, mut rx: mpsc::UnboundedReceiver<Attempt>) {
     let cluster = backend.is_cluster();
-    // No quiet period: with one, the followers of the Redis test
-    // `followers_of_many_groups_cost_a_few_calls_per_expiry_and_still_fail_over`
-    // made more calls (80 where 78 is the bound, every run; not explained),
-    // and an attempt at a crashed leader's lease would wait it out.
+    // A quiet period on Redis, as for renewals: without it, the attempts
+    // of one instant split into several calls when the OS preempts a
+    // worker thread (20 x 5,000 balanced: 43 acquire calls/s against 26
+    // with it, BENCHMARKS.md). In memory nothing is saved by waiting (and
+    // paused-time tests keep their exact instants).
+    let quiet = match backend {
+        Backend::Redis(_) => QUIET,
+        Backend::Memory(_) => Duration::ZERO,
+    };
     while let Some(first) = rx.recv().await {
-        let mut batch = gather(first, &mut rx, Duration::ZERO).await;
+        let mut batch = gather(first, &mut rx, quiet).await;
         // An election that gave up waiting (stopped, timed out) no longer
         // counts on this attempt: don't take a lease nobody would hold.
         batch.retain(|r| !r.reply.is_closed());
