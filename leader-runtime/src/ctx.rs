@@ -74,7 +74,11 @@ impl Ctx {
         }
         let outage = Outage::new(config.retry_interval, config.call_timeout);
         Ok(Self {
-            attempts: AttemptBatcher::new(backend.clone(), !config.unbatched_attempts),
+            attempts: AttemptBatcher::new(
+                backend.clone(),
+                !config.unbatched_attempts,
+                config.call_timeout,
+            ),
             balance,
             backend,
             release_channel: release_channel(&config.key_prefix),

@@ -136,9 +136,10 @@ struct Scripts {
 }
 
 impl RenewBatcher {
-    /// A batcher sending on `conn`; `cluster`: keep every call in one hash slot.
+    /// A batcher sending on `conn`; `cluster`: keep every call in one hash
+    /// slot; `call_timeout`: what bounds each renewal (see [`Wait::within`]).
     /// Must be called inside a tokio runtime.
-    pub(crate) fn new<C>(conn: C, cluster: bool) -> Self
+    pub(crate) fn new<C>(conn: C, cluster: bool, call_timeout: Duration) -> Self
     where
         C: ConnectionLike + Clone + Send + Sync + 'static,
     {
@@ -153,7 +154,7 @@ impl RenewBatcher {
                 include_str!("renew_many.lua")
             )),
         });
-        tokio::spawn(run(conn, cluster, scripts, rx));
+        tokio::spawn(run(conn, cluster, scripts, rx, Wait::within(call_timeout)));
         Self::sending_on(requests)
     }
 
@@ -183,8 +184,8 @@ impl RenewBatcher {
     /// previous renewal, or the acquisition, was sent), so a renewal that
     /// found it passed already lands on the next phase instant.
     ///
-    /// When `every` is a multiple of [`EARLY_STEP`], the phase is one too
-    /// (a random one of `every / EARLY_STEP`), so the leases expire just
+    /// When `every` is a multiple of [`EARLY_STEP`] (and at least four of
+    /// them), the phase is one too (a random one of `every / EARLY_STEP`), so the leases expire just
     /// after an instant of the followers' early grid (`ttl` a multiple of
     /// it as well, as by default): their early attempts at those leases
     /// then fall due at that instant every time, not at one or the other
@@ -194,11 +195,15 @@ impl RenewBatcher {
     /// `ttl - every`.
     pub(crate) fn align(&self, due: Instant, every: Duration) -> Instant {
         let every_ns = every.as_nanos();
-        if every_ns == 0 {
+        // Nothing to divide by, or an interval of centuries (the products
+        // below stay within u128): renew when due.
+        if every_ns == 0 || every_ns > u128::from(u64::MAX) {
             return due;
         }
         let step = EARLY_STEP.as_nanos();
-        let phase = if every_ns >= step && every_ns.is_multiple_of(step) {
+        // At least 4 steps: with fewer, few phases to draw from (one at
+        // 250 ms), and most runtimes would share one.
+        let phase = if every_ns >= 4 * step && every_ns.is_multiple_of(step) {
             ((u128::from(self.phase) * (every_ns / step)) >> 64) * step
         } else {
             (u128::from(self.phase) * every_ns) >> 64
@@ -235,35 +240,67 @@ impl RenewBatcher {
 }
 
 /// On Redis, a batch stays open until no request joined it for this long
-/// (see [`gather`]).
+/// (see [`gather`]) ...
 const QUIET: Duration = Duration::from_millis(4);
 
 /// ... and at most this long after its first request.
 const MAX_GATHER: Duration = Duration::from_millis(20);
 
+/// How long a batch stays open for requests that come a little late.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Wait {
+    /// Until no request came for this long ...
+    quiet: Duration,
+    /// ... and at most this long after the first.
+    max: Duration,
+}
+
+impl Wait {
+    /// No wait: what arrives within yield rounds (the memory backend).
+    const NONE: Wait = Wait {
+        quiet: Duration::ZERO,
+        max: Duration::ZERO,
+    };
+
+    /// For calls bounded by `call_timeout`: [`QUIET`] and [`MAX_GATHER`],
+    /// but at most an eighth and a quarter of it, so that the wait never
+    /// makes a call time out (a ttl of a few ms has a call timeout of a few
+    /// ms: with the full 4 ms every renewal timed out, and the lease was
+    /// lost and won again each ttl).
+    fn within(call_timeout: Duration) -> Self {
+        Wait {
+            quiet: QUIET.min(call_timeout / 8),
+            max: MAX_GATHER.min(call_timeout / 4),
+        }
+    }
+}
+
 /// `first` and the requests that queue up behind it while the tasks woken
 /// with it run: groups due at the same instant wake together. Then, with a
-/// `quiet` period, until no request came for that long (at most
-/// [`MAX_GATHER`]): the tasks woken together run on both worker threads,
+/// [`Wait`], until no request came for its quiet period (and at most its
+/// `max` after the first): the tasks woken together run on both worker threads,
 /// and when the OS preempts one of them (many processes on few cores) its
 /// share runs milliseconds later; without the wait that share went in a
 /// call of its own, and the split leases expired apart (measured: 250
 /// renewals due at one instant went in about three calls, 20 processes on
 /// 2 cores). A renewal or an attempt waits at most that long more: a
 /// renewal's view counts from before the wait, so it only starts early.
-async fn gather<T>(first: T, rx: &mut mpsc::UnboundedReceiver<T>, quiet: Duration) -> Vec<T> {
+async fn gather<T>(first: T, rx: &mut mpsc::UnboundedReceiver<T>, wait: Wait) -> Vec<T> {
     let mut batch = vec![first];
-    let until = Instant::now() + MAX_GATHER;
+    let until = Instant::now() + wait.max;
     loop {
         tokio::task::yield_now().await;
         let before = batch.len();
         while let Ok(request) = rx.try_recv() {
             batch.push(request);
         }
-        if batch.len() > before {
+        let open = wait == Wait::NONE || Instant::now() < until;
+        if batch.len() > before && open {
             continue;
         }
-        let left = until.saturating_duration_since(Instant::now()).min(quiet);
+        let left = until
+            .saturating_duration_since(Instant::now())
+            .min(wait.quiet);
         if left.is_zero() {
             return batch;
         }
@@ -279,11 +316,12 @@ async fn run<C>(
     cluster: bool,
     scripts: Arc<Scripts>,
     mut rx: mpsc::UnboundedReceiver<Request>,
+    wait: Wait,
 ) where
     C: ConnectionLike + Clone + Send + Sync + 'static,
 {
     while let Some(first) = rx.recv().await {
-        let mut batch = gather(first, &mut rx, QUIET).await;
+        let mut batch = gather(first, &mut rx, wait).await;
         // An election that gave up waiting no longer counts on this renewal.
         batch.retain(|r| !r.reply.is_closed());
         let mut chunks: HashMap<(String, u64, u16), Vec<Request>> = HashMap::new();
@@ -387,16 +425,17 @@ pub(crate) struct AttemptBatcher {
 }
 
 impl AttemptBatcher {
-    /// A batcher sending on `backend` (`batched` false: each attempt alone).
+    /// A batcher sending on `backend` (`batched` false: each attempt alone);
+    /// `call_timeout`: what bounds each attempt (see [`Wait::within`]).
     /// Must be called inside a tokio runtime.
-    pub(crate) fn new(backend: Backend, batched: bool) -> Self {
+    pub(crate) fn new(backend: Backend, batched: bool, call_timeout: Duration) -> Self {
         let grid = match &backend {
             Backend::Redis(_) => Grid::wall_clock(),
             Backend::Memory(_) => Grid::from_now(),
         };
         let (requests, rx) = mpsc::unbounded_channel();
         if batched {
-            tokio::spawn(run_attempts(backend.clone(), rx));
+            tokio::spawn(run_attempts(backend.clone(), rx, call_timeout));
         }
         Self {
             requests,
@@ -473,19 +512,23 @@ impl AttemptBatcher {
     }
 }
 
-async fn run_attempts(backend: Backend, mut rx: mpsc::UnboundedReceiver<Attempt>) {
+async fn run_attempts(
+    backend: Backend,
+    mut rx: mpsc::UnboundedReceiver<Attempt>,
+    call_timeout: Duration,
+) {
     let cluster = backend.is_cluster();
     // A quiet period on Redis, as for renewals: without it, the attempts
     // of one instant split into several calls when the OS preempts a
     // worker thread (20 x 5,000 balanced: 43 acquire calls/s against 26
     // with it, BENCHMARKS.md). In memory nothing is saved by waiting (and
     // paused-time tests keep their exact instants).
-    let quiet = match backend {
-        Backend::Redis(_) => QUIET,
-        Backend::Memory(_) => Duration::ZERO,
+    let wait = match backend {
+        Backend::Redis(_) => Wait::within(call_timeout),
+        Backend::Memory(_) => Wait::NONE,
     };
     while let Some(first) = rx.recv().await {
-        let mut batch = gather(first, &mut rx, quiet).await;
+        let mut batch = gather(first, &mut rx, wait).await;
         // An election that gave up waiting (stopped, timed out) no longer
         // counts on this attempt: don't take a lease nobody would hold.
         batch.retain(|r| !r.reply.is_closed());
@@ -558,6 +601,63 @@ fn crc16(bytes: &[u8]) -> u16 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The wait of the default timings (a call timeout of seconds).
+    const FULL: Wait = Wait {
+        quiet: QUIET,
+        max: MAX_GATHER,
+    };
+
+    #[test]
+    fn the_wait_is_a_small_part_of_the_call_timeout() {
+        assert_eq!(Wait::within(Duration::from_secs(5)), FULL);
+        // A ttl of 15 ms has a call timeout of 5 ms: a wait of 4 ms (20 ms
+        // under a trickle) made every renewal time out.
+        let short = Wait::within(Duration::from_millis(5));
+        assert!(short.quiet <= Duration::from_micros(625), "{short:?}");
+        assert!(short.max <= Duration::from_micros(1250), "{short:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_short_call_timeout_closes_the_batch_soon() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let start = Instant::now();
+        tokio::spawn(async move {
+            for _ in 0..100 {
+                tokio::time::sleep(Duration::from_micros(500)).await;
+                if tx.send(1).is_err() {
+                    return;
+                }
+            }
+        });
+        gather(0, &mut rx, Wait::within(Duration::from_millis(5))).await;
+        assert!(
+            start.elapsed() <= Duration::from_micros(1250),
+            "{:?}",
+            start.elapsed()
+        );
+    }
+
+    #[tokio::test]
+    async fn requests_in_every_yield_round_do_not_keep_a_batch_open() {
+        // Old code: the batch stayed open while each yield round brought a
+        // request (a leader's timed-out renewals retried into it under
+        // overload), past MAX_GATHER; here until the sender gave up.
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let sender = tokio::spawn(async move {
+            let until = Instant::now() + Duration::from_secs(3);
+            while Instant::now() < until && tx.send(1).is_ok() {
+                tokio::task::yield_now().await;
+            }
+        });
+        let gathered = tokio::time::timeout(Duration::from_secs(2), gather(0, &mut rx, FULL)).await;
+        drop(rx);
+        sender.await.unwrap();
+        assert!(
+            gathered.is_ok(),
+            "still gathering after 2 s (MAX_GATHER is {MAX_GATHER:?})"
+        );
+    }
 
     #[test]
     fn slots_follow_the_cluster_spec() {
@@ -721,13 +821,13 @@ mod tests {
                 tx.send(ms).unwrap();
             }
         });
-        let first = gather(0, &mut rx, QUIET).await;
+        let first = gather(0, &mut rx, FULL).await;
         // Each came within QUIET of the one before; 30 ms came after a
         // quiet QUIET (past MAX_GATHER as well).
         assert_eq!(first, [0, 1, 3, 6, 9]);
         assert!(start.elapsed() <= Duration::from_millis(9) + QUIET);
         let next = rx.recv().await.unwrap();
-        assert_eq!(gather(next, &mut rx, QUIET).await, [30]);
+        assert_eq!(gather(next, &mut rx, FULL).await, [30]);
         sender.await.unwrap();
         // Without a quiet period (the memory backend), one yield round.
         let (tx, mut rx) = mpsc::unbounded_channel();
@@ -735,7 +835,7 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(1)).await;
             tx.send(1).unwrap();
         });
-        assert_eq!(gather(0, &mut rx, Duration::ZERO).await, [0]);
+        assert_eq!(gather(0, &mut rx, Wait::NONE).await, [0]);
     }
 
     #[tokio::test(start_paused = true)]
@@ -750,7 +850,7 @@ mod tests {
             }
         });
         let start = Instant::now();
-        let batch = gather(0, &mut rx, QUIET).await;
+        let batch = gather(0, &mut rx, FULL).await;
         // Requests every 2 ms keep it open, but not past MAX_GATHER.
         assert!(batch.len() > 5, "{batch:?}");
         assert!(

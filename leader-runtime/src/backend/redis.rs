@@ -460,7 +460,7 @@ impl RedisBackend {
             _ => NoticeSource::Nodes(clients.nodes.into()),
         };
         Ok(Self {
-            renewals: renews.then(|| RenewBatcher::new(conn.clone(), config.cluster)),
+            renewals: renews.then(|| RenewBatcher::new(conn.clone(), config.cluster, call_timeout)),
             conn,
             notices,
             scripts: Arc::new(Scripts {
