@@ -464,9 +464,7 @@ impl AttemptBatcher {
     /// (it renews more than `EARLY_STEP` before its lease ends), so the
     /// attempt learns the new expiry just as well, and the attempts of leases
     /// renewed at nearby instants (by different calls, leaders, instances)
-    /// fall due together (one [`ATTEMPT_STEP`] past that grid point, but not
-    /// past `expiry` moved forward onto the grid of `ATTEMPT_STEP`). Close
-    /// (an early attempt found the lease still
+    /// fall due together. Close (an early attempt found the lease still
     /// there: its holder stopped renewing): at `expiry` moved forward onto
     /// the grid of [`ATTEMPT_STEP`]. Either then moved by this instance's
     /// spread for that step (less than [`ATTEMPT_SPREAD`], the same for every
@@ -480,13 +478,7 @@ impl AttemptBatcher {
         }
         let early = self.grid.floor(expiry, EARLY_STEP);
         let on_grid = if early >= Instant::now() + EARLY_STEP {
-            // One step after the early grid point: a leader whose renew
-            // phase is that point (the default timings) sends its renewal
-            // then, after its batch's quiet period; asking after it learns
-            // the expiry it sets (a full ttl ahead), not the one before (ttl
-            // - renew ahead: 1.4x the attempts). Never later than the close
-            // attempt would be.
-            (early + ATTEMPT_STEP).min(self.grid.ceil(expiry, ATTEMPT_STEP))
+            early
         } else {
             self.grid.ceil(expiry, ATTEMPT_STEP)
         };
