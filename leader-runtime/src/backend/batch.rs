@@ -272,9 +272,9 @@ impl Wait {
     /// ms: with the full 4 ms every renewal timed out, and the lease was
     /// lost and won again each ttl); requests that keep coming keep it open
     /// up to a quarter of it: thousands of tasks woken together on a busy
-    /// host take longer than [`MAX_GATHER`] to ask, and closing at it split
-    /// their batch (20 x 5,000 balanced: 33-39 acquire calls/s against
-    /// 26-28).
+    /// host may take longer than [`MAX_GATHER`] to ask, and are not cut in
+    /// two calls at it, while a stream that never ends still cannot hold
+    /// the batch past its calls' budget.
     fn within(call_timeout: Duration) -> Self {
         Wait {
             quiet: QUIET.min(call_timeout / 8),
