@@ -420,11 +420,16 @@
 //!   instance draws per grid step; `retry_interval` paces retries only when that knowledge
 //!   is missing (after an error, or while the notice connection is down).
 //!   So a follower *asks* at most 15 ms after a crashed leader's lease
-//!   expires, and a graceful handover takes one round trip. With many groups
-//!   per instance the last group's new view begins later than that: on a
-//!   2-core machine, 20 instances × 1,000 groups were re-elected within
-//!   42–87 ms (p99) of the expiry, × 5,000 within 0.41–0.46 s (BENCHMARKS.md,
-//!   "Crash failover at a common expiry");
+//!   expires, plus the few ms its batch stays open on Redis for attempts
+//!   that come a little late (4 ms without a new one, at most a quarter of
+//!   the call timeout), and a graceful handover takes one round trip. With
+//!   many groups per instance the last group's new view begins later than
+//!   that: on a 2-core machine, 20 instances × 1,000 groups with one
+//!   leader were re-elected within 42–87 ms (p99) of the expiry, × 5,000
+//!   within 0.24–0.46 s (BENCHMARKS.md, "Crash failover at a common
+//!   expiry"); with balanced leadership, where a crash frees one share,
+//!   20 × 5,000 within 20–47 ms ("Crash failover with balanced
+//!   leadership");
 //! - the renewals of one instance that fall due together (on its renew
 //!   phase) go to Redis as one
 //!   `renew_many` call, and its follower attempts that fall due together as
