@@ -3,6 +3,7 @@
 //! attempt after the hand-over, by a leader nobody took the group from.
 
 use tokio::sync::broadcast::Receiver;
+use tokio::task::JoinHandle;
 use tokio::time::{sleep, timeout, Instant};
 
 use super::balance_liveness_tests::{join, leads, phantom, STEP};
@@ -10,6 +11,19 @@ use super::balance_tests::{balanced, names};
 use crate::balance::take_back_after;
 use crate::test_support::{RENEW, TTL};
 use crate::{Event, LostReason, MemoryBackend, Runtime};
+/// `a` leads 10 groups, `b` (a phantom member) wants 5 that nobody else
+/// campaigns in, so `a` hands groups over that nobody takes: the backend,
+/// `a`, `b`'s task and the first group handed over.
+async fn handing_over_to_nobody() -> (MemoryBackend, Runtime, JoinHandle<()>, String) {
+    let mem = MemoryBackend::new();
+    let a = balanced(&mem, "a");
+    join(&a, &names()).await;
+    sleep(TTL * 2).await;
+    let mut handed = a.subscribe();
+    let b = phantom(&mem, "b", 5);
+    let group = next_hand_over(&mut handed).await;
+    (mem, a, b, group)
+}
 
 /// The next group `rx` reports handed over (lost as stepped down).
 async fn next_hand_over(rx: &mut Receiver<Event>) -> String {
@@ -140,13 +154,7 @@ async fn a_take_back_after_a_clean_release_elsewhere_is_not_in_vain() {
 /// nobody took, and kept the group.
 #[tokio::test(start_paused = true)]
 async fn a_win_long_after_a_hand_over_is_no_take_back() {
-    let mem = MemoryBackend::new();
-    let a = balanced(&mem, "a");
-    join(&a, &names()).await;
-    sleep(TTL * 2).await;
-    let mut handed = a.subscribe();
-    let b = phantom(&mem, "b", 5);
-    let group = next_hand_over(&mut handed).await;
+    let (_mem, a, b, group) = handing_over_to_nobody().await;
     a.set_eligible(&group, false).await.unwrap();
     sleep(TTL * 5).await;
     assert!(!leads(&a, &group));
@@ -171,13 +179,7 @@ async fn a_win_long_after_a_hand_over_is_no_take_back() {
 /// the next attempt came at once (and counted as the take-back).
 #[tokio::test(start_paused = true)]
 async fn a_take_back_waits_out_its_window_through_a_set_eligible() {
-    let mem = MemoryBackend::new();
-    let a = balanced(&mem, "a");
-    join(&a, &names()).await;
-    sleep(TTL * 2).await;
-    let mut handed = a.subscribe();
-    let b = phantom(&mem, "b", 5);
-    let group = next_hand_over(&mut handed).await;
+    let (_mem, a, b, group) = handing_over_to_nobody().await;
     let handed_at = Instant::now();
     a.set_eligible(&group, true).await.unwrap();
     until_leads(&a, &group).await;
@@ -199,13 +201,7 @@ async fn a_take_back_waits_out_its_window_through_a_set_eligible() {
 /// costing a take-back window, unbounded by `VAIN_HAND_OVERS`.
 #[tokio::test(start_paused = true)]
 async fn a_failed_take_back_attempt_does_not_spend_the_take_back() {
-    let mem = MemoryBackend::new();
-    let a = balanced(&mem, "a");
-    join(&a, &names()).await;
-    sleep(TTL * 2).await;
-    let mut handed = a.subscribe();
-    let b = phantom(&mem, "b", 5);
-    let group = next_hand_over(&mut handed).await;
+    let (mem, a, b, group) = handing_over_to_nobody().await;
     mem.set_available(false);
     sleep(take_back_after(a.config().call_timeout()) + STEP).await;
     mem.set_available(true);
