@@ -4,6 +4,7 @@
 //! nobody for long, and the shares settle.
 
 use std::collections::HashMap;
+use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
 use tokio::time::{sleep, Instant};
@@ -354,6 +355,15 @@ async fn a_group_running_a_gated_body_is_not_the_one_handed_over() {
 /// down it may take it next time), but at most [`VAIN_HAND_OVERS`] times at
 /// one layout: then kept. The moves stop, each hand-over leaderless at most
 /// for the take-back.
+///
+/// Not every hand-over is taken back: a follower's attempt due when the
+/// lease was to expire — the leader's renewal instant, when it hands over —
+/// can land between a release and its notice and win (`balance.rs`); the
+/// other leader then hands that group over in turn. In 200 runs: 25–47
+/// hand-overs, at most 3 in vain per group on each instance. (With
+/// followers at their share taking a release after the 50 ms grace once
+/// both leaders were at their share, 29–63 in 150 runs: 2 over the old
+/// bound of 60, which counted no hand-over between `a` and `b`.)
 #[tokio::test(start_paused = true)]
 async fn a_member_that_never_takes_costs_a_bounded_number_of_hand_overs() {
     let mem = MemoryBackend::new();
@@ -371,9 +381,18 @@ async fn a_member_that_never_takes_costs_a_bounded_number_of_hand_overs() {
     let bound = take_back_after(a.config().call_timeout());
     assert!(settling.longest <= bound + STEP, "{settling:?}");
     assert!(moves > GROUPS / 2, "handed over again: {moves}");
-    // At most VAIN_HAND_OVERS per group by each instance.
+    // At most VAIN_HAND_OVERS in vain per group on each instance (the
+    // layout stays the same here)...
+    for rt in [&a, &b] {
+        for g in names() {
+            let vain = rt.registered(&g).unwrap().vain_take_backs.load(Relaxed);
+            assert!(vain <= VAIN_HAND_OVERS, "{g} in vain {vain} times");
+        }
+    }
+    // ... and few taken by the other leader (see above): not one more
+    // hand-over for each.
     assert!(
-        moves <= 2 * VAIN_HAND_OVERS as usize * GROUPS,
+        moves <= 3 * VAIN_HAND_OVERS as usize * GROUPS,
         "{moves} hand-overs"
     );
     assert_eq!(settled.leaderless, 0, "{settled:?}");
