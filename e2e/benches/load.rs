@@ -481,7 +481,7 @@ async fn scale(args: &[String]) {
         // Settle: every follower has seen each lease expire (and so moved
         // onto the expiry instants) at least once.
         tokio::time::sleep(ttl + renew).await;
-        let (holders0, _) = lease_holders(&server, groups).await;
+        let holders0 = lease_holders(&server, groups).await;
         let marks: Vec<usize> = children.iter().map(|c| c.stdout().len()).collect();
         server
             .cmd(&["CONFIG", "RESETSTAT"])
@@ -513,7 +513,7 @@ async fn scale(args: &[String]) {
             .collect();
         println!("{mode}: commands inside the scripts: {}", inner.join(", "));
         // Churn in the window: leases that changed holder, elected/lost lines.
-        let (holders1, _) = lease_holders(&server, groups).await;
+        let holders1 = lease_holders(&server, groups).await;
         let moved = holders0
             .iter()
             .zip(&holders1)
@@ -577,7 +577,7 @@ async fn settle_shares(
     let deadline = start + limit;
     let mut report = start;
     loop {
-        let (holders, _) = lease_holders(server, groups).await;
+        let holders = lease_holders(server, groups).await;
         // Progress every 10 s: how the shares converge (or stall).
         if report.elapsed() >= Duration::from_secs(10) {
             report = tokio::time::Instant::now();
@@ -609,40 +609,64 @@ async fn settle_shares(
     }
 }
 
-/// Each lease's holder (`GET`; `None`: free) and remaining ms (`PTTL`), in
-/// one script call.
-async fn lease_holders(server: &RedisServer, groups: usize) -> (Vec<Option<String>>, Vec<i64>) {
-    leases_of(server, &(0..groups).collect::<Vec<_>>()).await
+/// Each of the first `groups` leases' holder (`None`: free).
+async fn lease_holders(server: &RedisServer, groups: usize) -> Vec<Option<String>> {
+    lease_expiries(server, groups).await.0
 }
 
-/// [`lease_holders`] of the groups with these indices, in their order.
-async fn leases_of(server: &RedisServer, groups: &[usize]) -> (Vec<Option<String>>, Vec<i64>) {
-    const SCRIPT: &str = "local out = {} for i = 1, #KEYS do \
+/// The holder of each of the first `groups` leases and when it expires, in
+/// Unix ms of Redis's clock (`TIME` + `PTTL` in one script: exact to the
+/// ms, whatever the reply's round trip; 0 for a lease that is gone).
+async fn lease_expiries(server: &RedisServer, groups: usize) -> (Vec<Option<String>>, Vec<u64>) {
+    const SCRIPT: &str = "local t = redis.call('TIME') \
+         local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) \
+         local out = {} for i = 1, #KEYS do \
          out[2 * i - 1] = redis.call('GET', KEYS[i]) or '' \
-         out[2 * i] = redis.call('PTTL', KEYS[i]) end return out";
-    let keys: Vec<String> = groups
-        .iter()
-        .map(|g| format!("leader:{{g{g}}}:lease"))
-        .collect();
-    let groups = groups.len();
+         local ms = redis.call('PTTL', KEYS[i]) \
+         out[2 * i] = ms > 0 and now + ms or 0 end return out";
+    let keys: Vec<String> = (0..groups).map(|g| format!("leader:{{g{g}}}:lease")).collect();
     let count = groups.to_string();
     let mut call = vec!["EVAL", SCRIPT, &count];
     call.extend(keys.iter().map(String::as_str));
-    let reply = server.cmd(&call).await.expect("GET script");
+    let reply = server.cmd(&call).await.expect("expiry script");
     let Reply::Array(items) = reply else {
-        panic!("GET script reply {reply:?}")
+        panic!("expiry script reply {reply:?}")
     };
     let mut holders = Vec::with_capacity(groups);
-    let mut pttls = Vec::with_capacity(groups);
+    let mut expiries = Vec::with_capacity(groups);
     for pair in items.chunks(2) {
         let holder = reply_text(&pair[0]);
         holders.push((!holder.is_empty()).then_some(holder));
-        pttls.push(match &pair[1] {
-            Reply::Integer(ms) => *ms,
-            other => panic!("PTTL reply {other:?}"),
+        expiries.push(match &pair[1] {
+            Reply::Integer(ms) => u64::try_from(*ms).unwrap_or(0),
+            other => panic!("expiry reply {other:?}"),
         });
     }
-    (holders, pttls)
+    (holders, expiries)
+}
+
+/// Redis's clock (`TIME`: the host's real-time clock, Redis runs here) on
+/// this process's monotonic one, which the instances' lines use.
+struct RedisClock {
+    /// Real-time minus monotonic, in ns, read back to back.
+    offset: i128,
+}
+
+impl RedisClock {
+    fn here() -> Self {
+        let real = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("clock after 1970")
+            .as_nanos();
+        let mono = monotonic_now_ns();
+        Self {
+            offset: real as i128 - i128::from(mono),
+        }
+    }
+
+    fn monotonic_of_unix_us(&self, us: u64) -> u64 {
+        u64::try_from(i128::from(us) * 1_000 - self.offset).unwrap_or(0)
+    }
 }
 
 /// Sum of the evalsha calls and their `usec` in `INFO commandstats`.
@@ -671,8 +695,8 @@ async fn evalsha_usec(server: &RedisServer) -> (u64, u64) {
 /// unbalanced; one with its share when balanced) right after one of its
 /// renewals, the worst case (its leases then live a full ttl on), and per
 /// group it led the time to its next leader's `elected` line: from the kill,
-/// and from the lease's expiry (Redis's `PTTL` of each lease, read right
-/// after the kill). Also what the re-election wave cost: Redis's time in
+/// and from the lease's expiry (Redis's `TIME` + `PTTL` of each lease, read
+/// right after the kill), and when Redis granted the new lease (its token). Also what the re-election wave cost: Redis's time in
 /// `evalsha` and its CPU, the survivors' CPU, from 100 ms before the first
 /// expiry to 1 s after the last. Returns the index of the killed child.
 async fn crash_failover(
@@ -682,7 +706,7 @@ async fn crash_failover(
     ttl: Duration,
     mode: &str,
 ) -> usize {
-    let (holders, _) = lease_holders(server, groups).await;
+    let holders = lease_holders(server, groups).await;
     let victim_id = holders[0].clone().expect("g0 has a leader");
     let victim: usize = victim_id[1..].parse().expect("instance index");
     // Wait for a renewal: g0's PTTL jumps up. Every group of one leader
@@ -709,18 +733,16 @@ async fn crash_failover(
     let marks: Vec<usize> = children.iter().map(|c| c.stdout().len()).collect();
     let killed = monotonic_now_ns();
     children[victim].kill9().expect("kill -9");
-    let sent = monotonic_now_ns();
-    let (holders, pttls) = lease_holders(server, groups).await;
-    // The groups the victim led (its leases outlive it by up to a ttl).
+    let clock = RedisClock::here();
+    let (holders, expiries) = lease_expiries(server, groups).await;
+    // The groups the victim led (its leases outlive it by up to a ttl), and
+    // when each lease expires, on this process's monotonic clock.
     let led: Vec<usize> = (0..groups)
         .filter(|&g| holders[g].as_deref() == Some(victim_id.as_str()))
         .collect();
     let expiry: BTreeMap<usize, u64> = led
         .iter()
-        .map(|&g| {
-            let ms = u64::try_from(pttls[g].max(0)).unwrap_or(0);
-            (g, sent + ms * 1_000_000)
-        })
+        .map(|&g| (g, clock.monotonic_of_unix_us(expiries[g] * 1_000)))
         .collect();
     let first = *expiry.values().min().expect("the victim led groups");
     let last_expiry = *expiry.values().max().expect("the victim led groups");
@@ -748,49 +770,31 @@ async fn crash_failover(
     let redis0 = redis_cpu(server).await;
     let deadline = tokio::time::Instant::now() + ttl * 2;
     let mut latencies: BTreeMap<usize, u64> = BTreeMap::new();
-    // When Redis granted each new lease, at the latest: a poll's reply time
-    // + its PTTL − ttl (the lease's PTTL counts down from ttl at the
-    // acquisition; the PTTL was read before the reply came, so this is
-    // never before the acquisition, and later by as much as the poll's
-    // reply took: its longest round trip is printed). Tells a late attempt
-    // (late in Redis) from a late winner (late after Redis).
+    // When Redis granted each new lease: its token, Redis's clock in µs at
+    // the acquisition (record.lua: max(now, last + 1); the last is the
+    // victim's, from long before). Read off the `elected` lines, so nothing
+    // polls the measured Redis during the wave. Tells a late attempt (late
+    // in Redis) from a late winner (late after Redis).
     let mut acquired: BTreeMap<usize, u64> = BTreeMap::new();
-    let mut slowest_poll = 0u64;
-    let ttl_ns = u64::try_from(ttl.as_nanos()).expect("ttl");
     while latencies.len() < led.len() && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
-        let open: Vec<usize> = led
-            .iter()
-            .copied()
-            .filter(|g| !acquired.contains_key(g))
-            .collect();
-        if !open.is_empty() {
-            let polled = monotonic_now_ns();
-            let (now_held, now_pttls) = leases_of(server, &open).await;
-            let replied = monotonic_now_ns();
-            slowest_poll = slowest_poll.max(replied - polled);
-            for ((g, holder), ms) in open.iter().zip(now_held).zip(now_pttls) {
-                if holder.is_some_and(|h| h != victim_id) && ms > 0 {
-                    let at = (replied + u64::try_from(ms).unwrap_or(0) * 1_000_000)
-                        .saturating_sub(ttl_ns);
-                    acquired.insert(*g, at);
-                }
-            }
-        }
         for (i, (child, &from)) in children.iter().zip(&marks).enumerate() {
             if i == victim {
                 continue;
             }
             for line in &child.stdout().snapshot()[from..] {
                 let f: Vec<&str> = line.split_whitespace().collect();
-                if let ["elected", g, _, ns] = f.as_slice() {
+                if let ["elected", g, token, ns] = f.as_slice() {
                     let g: usize = g[1..].parse().expect("group index");
                     if expiry.contains_key(&g) {
                         let ns: u64 = ns.parse().expect("ns");
+                        let token: u64 = token.parse().expect("token");
+                        let at = clock.monotonic_of_unix_us(token);
                         latencies
                             .entry(g)
                             .and_modify(|e| *e = (*e).min(ns))
                             .or_insert(ns);
+                        acquired.entry(g).and_modify(|e| *e = (*e).min(at)).or_insert(at);
                     }
                 }
             }
@@ -820,7 +824,7 @@ async fn crash_failover(
                 .count()
         })
         .sum();
-    let (holders, _) = lease_holders(server, groups).await;
+    let holders = lease_holders(server, groups).await;
     println!(
         "{mode}: 1 s after the last expiry: {elected_since} elected lines since the kill; \
          {} groups leaderless; shares: {}",
@@ -843,16 +847,13 @@ async fn crash_failover(
     );
     println!(
         "{}",
-        summary("after the lease's expiry (Redis PTTL)", &mut from_expiry)
+        summary("after the lease's expiry (Redis's clock)", &mut from_expiry)
     );
     let mut in_redis: Vec<f64> = acquired.iter().map(|(g, &ns)| ms(ns, expiry[g])).collect();
     println!(
         "{}",
         summary(
-            &format!(
-                "  of which: expiry -> acquired in Redis, at most (polls took up to {:.1} ms)",
-                slowest_poll as f64 / 1e6
-            ),
+            "  of which: expiry -> acquired in Redis (the token)",
             &mut in_redis
         )
     );
@@ -863,7 +864,7 @@ async fn crash_failover(
     println!(
         "{}",
         summary(
-            "  of which: acquired -> elected line, at least",
+            "  of which: acquired -> elected line",
             &mut to_line
         )
     );

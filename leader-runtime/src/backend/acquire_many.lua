@@ -20,22 +20,6 @@ local id = ARGV[1]
 local clock = script_clock()
 local n = #KEYS / 3
 
--- Whether no group of the call is paused, in one EXISTS (not one TYPE per
--- group): false when one is, nil when EXISTS is refused (an ACL written for
--- an earlier version, which allows TYPE only). Each group's pause key is
--- then checked on its own.
-local function none_paused()
-  local count = 0
-  for from = 1, n, 500 do
-    local keys = {}
-    for i = from, math.min(n, from + 499) do keys[#keys + 1] = KEYS[3 * i] end
-    local r = redis.pcall('EXISTS', unpack(keys))
-    if type(r) ~= 'number' then return nil end
-    count = count + r
-  end
-  return count == 0
-end
-
 local out, m = {}, 0
 local unpaused = none_paused()
 for i = 1, n do
@@ -44,16 +28,24 @@ for i = 1, n do
   -- path: the pause checked first all the same (for the whole call above,
   -- or this group's key alone), then the holder and its PTTL, nothing
   -- written; its answer is acquire_one's.
-  local holder
-  if unpaused or not paused(KEYS[k + 2]) then holder = redis.pcall('GET', KEYS[k]) end
+  local holder, checked = nil, false
+  if unpaused or not paused(KEYS[k + 2]) then
+    holder, checked = redis.pcall('GET', KEYS[k]), true
+  end
   if type(holder) == 'string' and holder ~= id then
     out[m + 1], out[m + 2], out[m + 3] = 0, holder, redis.call('PTTL', KEYS[k])
     m = m + 3
   else
-    -- Everything else takes acquire.lua's path (a paused group, a free
-    -- lease, our own, and a GET that failed, which fails there again as
-    -- that group's error).
-    local ok, reply, err = pcall(acquire_one, KEYS[k], KEYS[k + 1], KEYS[k + 2], id, ttl, ARGV[2], clock)
+    -- Not paused and the lease free or ours: acquire_one's grant, without
+    -- its checks again. Everything else takes acquire.lua's whole path (a
+    -- paused group, and a GET that failed, which fails there again as that
+    -- group's error).
+    local ok, reply, err
+    if checked and type(holder) ~= 'table' then
+      ok, reply, err = pcall(grant, KEYS[k], KEYS[k + 1], id, ttl, ARGV[2], clock, holder)
+    else
+      ok, reply, err = pcall(acquire_one, KEYS[k], KEYS[k + 1], KEYS[k + 2], id, ttl, ARGV[2], clock)
+    end
     if not ok then
       reply = {-1, tostring(type(reply) == 'table' and reply.err or reply)}
     elseif err then

@@ -77,25 +77,37 @@ local function ms(s)
   return tonumber(s) or 0
 end
 
+-- rec, or nil and an error message when its token is not valid.
+local function check_record(key, rec)
+  if not valid_token(rec.token) then
+    return nil, 'ERR lease record ' .. key .. ' holds no valid token'
+  end
+  return rec
+end
+
 -- Read the record at key: nil when absent, or {token, until, prior, run,
 -- legacy}; or nil and an error message when it cannot be trusted to issue a
 -- greater token (nothing has been written then).
 local function read_record(key)
+  local function from(f)
+    return {token = f[1], ['until'] = ms(f[2]), prior = ms(f[3]), run = f[4]}
+  end
+  -- The common case, a hash with a token, in one command; anything else
+  -- (no record, the first format, another type, a refused HMGET) is told
+  -- apart by TYPE, and a refusal is raised by the same HMGET again.
+  local f = redis.pcall('HMGET', key, 'token', 'until', 'prior', 'run')
+  if type(f) == 'table' and not f.err and f[1] then return check_record(key, from(f)) end
   local kind = redis.call('TYPE', key)['ok']
   if kind == 'none' then return nil end
   local rec
   if kind == 'string' then
     rec = {token = redis.call('GET', key), legacy = true}
   elseif kind == 'hash' then
-    local f = redis.call('HMGET', key, 'token', 'until', 'prior', 'run')
-    rec = {token = f[1], ['until'] = ms(f[2]), prior = ms(f[3]), run = f[4]}
+    rec = from(redis.call('HMGET', key, 'token', 'until', 'prior', 'run'))
   else
     return nil, 'ERR lease record ' .. key .. ' is a ' .. kind
   end
-  if not valid_token(rec.token) then
-    return nil, 'ERR lease record ' .. key .. ' holds no valid token'
-  end
-  return rec
+  return check_record(key, rec)
 end
 
 -- Whether the group whose pause key is key is paused. (TYPE, not EXISTS:
@@ -109,19 +121,43 @@ local function paused(key)
   return redis.call('TYPE', key)['ok'] ~= 'none'
 end
 
+-- Whether none of the groups whose key triples are KEYS (lease, record,
+-- pause) is paused, in one EXISTS per 500 (not one TYPE per group): false
+-- when one is, nil when EXISTS is refused (an ACL written for an earlier
+-- version, which allows TYPE only): then each group's pause key is checked
+-- on its own (paused()).
+local function none_paused()
+  local n = #KEYS / 3
+  local count = 0
+  for from = 1, n, 500 do
+    local keys = {}
+    for i = from, math.min(n, from + 499) do keys[#keys + 1] = KEYS[3 * i] end
+    local r = redis.pcall('EXISTS', unpack(keys))
+    if type(r) ~= 'number' then return nil end
+    count = count + r
+  end
+  return count == 0
+end
+
 -- Renew the lease at lease for holder id until now + ttl, if its record is
--- vouched for and the group is not paused (pause key pause): 1 renewed, 0
--- gone, -1 someone else holds it, -2 the record is not vouched for, -3 the
--- group is paused (nothing written for -2 and -3).
-local function renew_one(lease, record, pause, id, now, ttl, run)
+-- vouched for and the group is not paused (pause key pause; unpaused: the
+-- caller knows it is not, from none_paused()): 1 renewed, 0 gone, -1
+-- someone else holds it, -2 the record is not vouched for, -3 the group is
+-- paused (nothing written for -2 and -3).
+local function renew_one(lease, record, pause, id, now, ttl, run, unpaused)
   local holder = redis.call('GET', lease)
   if holder ~= id then
     if holder then return -1 end
     return 0
   end
-  if paused(pause) then return -3 end
-  if redis.call('TYPE', record)['ok'] ~= 'hash' then return -2 end
-  local f = redis.call('HMGET', record, 'until', 'run')
+  if not unpaused and paused(pause) then return -3 end
+  -- No record (all fields nil), or not the run's: not vouched for. Another
+  -- type than a hash: WRONGTYPE, told apart from a refusal (raised again).
+  local f = redis.pcall('HMGET', record, 'until', 'run')
+  if type(f) == 'table' and f.err then
+    if redis.call('TYPE', record)['ok'] ~= 'hash' then return -2 end
+    f = redis.call('HMGET', record, 'until', 'run')
+  end
   if f[2] ~= run then return -2 end
   redis.call('PEXPIRE', lease, ttl)
   redis.call('HSET', record, 'until', string.format('%d', math.max(ms(f[1]), now + ttl)))
@@ -142,16 +178,10 @@ local function script_clock()
   end
 end
 
--- Acquire the lease at lease (record at record, pause key pause) for id for
--- ttl ms (ttl_arg: the same, as the caller's string), or re-claim our own;
--- clock: a script_clock(). Returns acquire.lua's reply (a table), or nil and
--- an error message when the record is malformed (nothing written then).
-local function acquire_one(lease, record, pause, id, ttl, ttl_arg, clock)
-  if paused(pause) then return {2, 'paused'} end
-  local holder = redis.call('GET', lease)
-  if holder and holder ~= id then
-    return {0, holder, redis.call('PTTL', lease)}
-  end
+-- The group at lease (record at record) is not paused and its lease is
+-- free or id's own (holder: the lease's value, nil or id): grant it to id
+-- for ttl ms, as acquire_one.
+local function grant(lease, record, id, ttl, ttl_arg, clock, holder)
   local c = clock()
   local now, now_us, run = c.now, c.now_us, c.run
   local rec, err = read_record(record)
@@ -183,4 +213,17 @@ local function acquire_one(lease, record, pause, id, ttl, ttl_arg, clock)
     'prior', string.format('%d', prior), 'run', run)
   redis.call('SET', lease, id, 'PX', ttl_arg)
   return {1, token, wait, why}
+end
+
+-- Acquire the lease at lease (record at record, pause key pause) for id for
+-- ttl ms (ttl_arg: the same, as the caller's string), or re-claim our own;
+-- clock: a script_clock(). Returns acquire.lua's reply (a table), or nil and
+-- an error message when the record is malformed (nothing written then).
+local function acquire_one(lease, record, pause, id, ttl, ttl_arg, clock)
+  if paused(pause) then return {2, 'paused'} end
+  local holder = redis.call('GET', lease)
+  if holder and holder ~= id then
+    return {0, holder, redis.call('PTTL', lease)}
+  end
+  return grant(lease, record, id, ttl, ttl_arg, clock, holder)
 end

@@ -12,10 +12,11 @@ if redis.replicate_commands then redis.replicate_commands() end
 local ttl = tonumber(ARGV[2])
 local now = server_now()
 local run = this_run()
+local unpaused = none_paused()
 local out = {}
 for i = 1, #KEYS / 3 do
   local k = 3 * i - 2
-  local ok, answer = pcall(renew_one, KEYS[k], KEYS[k + 1], KEYS[k + 2], ARGV[1], now, ttl, run)
+  local ok, answer = pcall(renew_one, KEYS[k], KEYS[k + 1], KEYS[k + 2], ARGV[1], now, ttl, run, unpaused)
   if ok then
     out[i] = answer
   else
