@@ -227,8 +227,8 @@ async fn a_batch_of_attempts_waits_for_the_replicas_once() {
     // Each acquire call is pipelined with one `WAIT` (renewals wait for
     // nothing): the 50 first attempts went in a few batched calls, not 50.
     // (Usually 1 to 3; on a loaded host the tasks that start the elections
-    // are preempted and the attempts split over more batches: the bound
-    // failed once at 5 while the whole suite ran.)
+    // are preempted and the attempts split over more batches: a bound of
+    // 5 failed once while the whole suite ran.)
     let waits = command_calls(&primary, "wait").await;
     assert!(
         (1..=25).contains(&waits),
