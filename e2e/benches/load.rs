@@ -8,6 +8,7 @@
 //! cargo bench -p leader-e2e --bench load -- scale [--groups 5000] [--instances 20] [--secs 60]
 //!     [--ttl-ms 15000] [--renew-ms 5000] [--modes batched,unbatched] [--crash true] [--balance]
 //! cargo bench -p leader-e2e --bench load -- rebalance [--groups 1000] [--ttl-ms 15000] [--renew-ms 5000]
+//! cargo bench -p leader-e2e --bench load -- scripts [--dirs DIR,DIR] [--rounds 5]
 //! ```
 //!
 //! `fleet`: N instance processes (this binary, re-run as `instance`) join the
@@ -35,6 +36,13 @@
 //! `rebalance`: two balanced instance processes; `i0` leads every group
 //! alone, `i1` joins (the time until it leads its share), then `i1` stops
 //! cleanly (the time until `i0` leads its groups again).
+//!
+//! `scripts`: what the lease scripts cost Redis per group, in calls of 500
+//! (`INFO commandstats` usec): a first acquisition (no record), renewals, a
+//! take-over of expired leases, refused attempts. Each `--dirs` entry is a
+//! folder with `record.lua`, `acquire_many.lua` and `renew_many.lua` (the
+//! default: this checkout's; an older version: `git show REV:path` into a
+//! folder), measured in turn, round by round, on one server.
 
 mod common;
 
@@ -66,7 +74,8 @@ fn main() {
             "many" => many(&args).await,
             "scale" => scale(&args).await,
             "rebalance" => rebalance(&args).await,
-            other => panic!("unknown mode {other} (fleet, many or scale)"),
+            "scripts" => scripts(&args).await,
+            other => panic!("unknown mode {other} (fleet, many, scale, rebalance or scripts)"),
         }
     });
 }
@@ -624,7 +633,9 @@ async fn lease_expiries(server: &RedisServer, groups: usize) -> (Vec<Option<Stri
          out[2 * i - 1] = redis.call('GET', KEYS[i]) or '' \
          local ms = redis.call('PTTL', KEYS[i]) \
          out[2 * i] = ms > 0 and now + ms or 0 end return out";
-    let keys: Vec<String> = (0..groups).map(|g| format!("leader:{{g{g}}}:lease")).collect();
+    let keys: Vec<String> = (0..groups)
+        .map(|g| format!("leader:{{g{g}}}:lease"))
+        .collect();
     let count = groups.to_string();
     let mut call = vec!["EVAL", SCRIPT, &count];
     call.extend(keys.iter().map(String::as_str));
@@ -794,7 +805,10 @@ async fn crash_failover(
                             .entry(g)
                             .and_modify(|e| *e = (*e).min(ns))
                             .or_insert(ns);
-                        acquired.entry(g).and_modify(|e| *e = (*e).min(at)).or_insert(at);
+                        acquired
+                            .entry(g)
+                            .and_modify(|e| *e = (*e).min(at))
+                            .or_insert(at);
                     }
                 }
             }
@@ -863,10 +877,7 @@ async fn crash_failover(
         .collect();
     println!(
         "{}",
-        summary(
-            "  of which: acquired -> elected line",
-            &mut to_line
-        )
+        summary("  of which: acquired -> elected line", &mut to_line)
     );
     println!(
         "{mode}: the wave (100 ms before the first expiry to 1 s after the last): {calls} evalsha calls, \
@@ -956,4 +967,110 @@ async fn rebalance(args: &[String]) {
         at(half),
     );
     stop(first).await;
+}
+
+/// The `scripts` mode (see the module docs).
+async fn scripts(args: &[String]) {
+    const CALLS: usize = 10;
+    const PER_CALL: usize = 500;
+    let here = concat!(env!("CARGO_MANIFEST_DIR"), "/../leader-runtime/src/backend").to_owned();
+    let dirs: Vec<String> = flag_or(args, "--dirs", here)
+        .split(',')
+        .map(str::to_owned)
+        .collect();
+    let rounds: usize = flag_or(args, "--rounds", 5);
+    println!("# load harness: scripts");
+    println!("machine: {}", machine());
+    println!("{CALLS} calls of {PER_CALL} groups per measure, {rounds} rounds, µs of Redis (`INFO commandstats`) per group");
+    let server = RedisServer::start().await.expect("redis-server");
+    let load = |dir: &str, script: &str| {
+        let read = |name: &str| {
+            std::fs::read_to_string(format!("{dir}/{name}"))
+                .unwrap_or_else(|e| panic!("{dir}/{name}: {e}"))
+        };
+        format!("{}\n{}", read("record.lua"), read(script))
+    };
+    let keys = |base: &str, call: usize| -> Vec<String> {
+        (0..PER_CALL)
+            .flat_map(|i| {
+                let g = format!("{base}{call}_{i}");
+                ["lease", "record", "paused"].map(|k| format!("leader:{{{g}}}:{k}"))
+            })
+            .collect()
+    };
+    let measures = ["first acquisition", "renewal", "take-over", "refused"];
+    // results[dir][measure] = µs per group, one per round.
+    let mut results = vec![vec![Vec::new(); measures.len()]; dirs.len()];
+    for round in 0..rounds {
+        for (d, dir) in dirs.iter().enumerate() {
+            server.cmd(&["FLUSHALL"]).await.expect("FLUSHALL");
+            let mut shas = Vec::new();
+            for script in ["acquire_many.lua", "renew_many.lua"] {
+                let text = load(dir, script);
+                let sha = server
+                    .cmd(&["SCRIPT", "LOAD", &text])
+                    .await
+                    .expect("SCRIPT LOAD");
+                shas.push(reply_text(&sha));
+            }
+            let (acquire, renew) = (&shas[0], &shas[1]);
+            let base = format!("r{round}d{d}_");
+            // (script, instance id, delete the leases first)
+            let steps = [
+                (acquire, "one", false),
+                (renew, "one", false),
+                (acquire, "two", true),
+                (acquire, "three", false),
+            ];
+            for (m, (sha, id, expire)) in steps.into_iter().enumerate() {
+                if expire {
+                    for call in 0..CALLS {
+                        let leases: Vec<String> = keys(&base, call)
+                            .into_iter()
+                            .filter(|k| k.ends_with(":lease"))
+                            .collect();
+                        let mut del = vec!["DEL"];
+                        del.extend(leases.iter().map(String::as_str));
+                        server.cmd(&del).await.expect("DEL");
+                    }
+                }
+                server
+                    .cmd(&["CONFIG", "RESETSTAT"])
+                    .await
+                    .expect("RESETSTAT");
+                for call in 0..CALLS {
+                    let keys = keys(&base, call);
+                    let count = keys.len().to_string();
+                    let mut cmd = vec!["EVALSHA", sha.as_str(), &count];
+                    cmd.extend(keys.iter().map(String::as_str));
+                    cmd.extend([id, "15000"]);
+                    let reply = server.cmd(&cmd).await.expect("EVALSHA");
+                    assert!(matches!(reply, Reply::Array(_)), "{reply:?}");
+                }
+                let (_, usec) = evalsha_usec(&server).await;
+                results[d][m].push(usec as f64 / (CALLS * PER_CALL) as f64);
+            }
+        }
+    }
+    let median = |v: &[f64]| {
+        let mut v = v.to_vec();
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    print!("| µs per group (median of {rounds}; min) |");
+    for dir in &dirs {
+        print!(" {dir} |");
+    }
+    println!(" ratio (last / first, medians) |");
+    println!("|{}", " --- |".repeat(dirs.len() + 2));
+    for (m, name) in measures.iter().enumerate() {
+        print!("| {name} |");
+        for r in &results {
+            let min = r[m].iter().copied().fold(f64::INFINITY, f64::min);
+            print!(" {:.2} ({:.2}) |", median(&r[m]), min);
+        }
+        let first = median(&results[0][m]);
+        let last = median(&results[dirs.len() - 1][m]);
+        println!(" {:.2} |", last / first);
+    }
 }
