@@ -35,9 +35,9 @@
 //! is refused as during any hand-over). A follower below its share takes a
 //! released group at once; one at or over its share lets it go to an
 //! instance below its share first: for [`SHARE_GRACE`], or — while a member
-//! (itself too) leads more than its share or another less, so the release
-//! may be a hand-over for the balance — for [`hold_for`], ended by a fresh
-//! membership round that puts it below its share. Instances do not know which groups the others
+//! leads more than its share, so the release may be a hand-over for the
+//! balance — for [`hold_for`], ended by a fresh membership round that puts
+//! it below its share. Instances do not know which groups the others
 //! campaign in, so a hand-over may find nobody below its share who wants the
 //! group: then the leader that handed it over takes it back after
 //! [`take_back_after`] (instead of the one-`ttl` cooldown of a `step_down`):
@@ -103,8 +103,8 @@ pub(crate) fn take_back_after(call_timeout: Duration) -> Duration {
 }
 
 /// How long a follower at or over its share stays away from a released
-/// group while a member leads more than its share or another less (the
-/// release may be a hand-over for the balance): longer than [`take_back_after`], so that
+/// group while another member leads more than its share (the release may be
+/// a hand-over for the balance): longer than [`take_back_after`], so that
 /// the group goes to a member below its share or back to the leader that
 /// handed it over, never to a third instance at its share (which would then
 /// be over its share and hand over in turn).
@@ -306,17 +306,10 @@ impl Balance {
         share.is_some_and(|share| s.leading >= share)
     }
 
-    /// Whether a release may be a hand-over for the balance, meant for a
-    /// member below its share: a member (this one too) leads more than its
-    /// share, or another leads less. After a round of hand-overs every
-    /// leader may be at its share already, the group meant for the member
-    /// below it; a follower at its share that took it would only hand it
-    /// over again.
-    pub(crate) fn hand_over_likely(&self) -> bool {
-        let s = self.state();
-        s.round
-            .as_ref()
-            .is_some_and(|r| r.over || r.below || r.share.is_some_and(|share| s.leading > share))
+    /// Whether another member leads more than its share: a release may be
+    /// a hand-over for the balance, meant for a member below its share.
+    pub(crate) fn others_over(&self) -> bool {
+        self.state().round.as_ref().is_some_and(|r| r.over)
     }
 
     /// The fleet's layout (the other members below their share and their
@@ -461,7 +454,7 @@ pub(crate) fn spawn_heartbeat(
 mod tests {
     use super::*;
 
-    pub(super) fn fleet(members: &[(&str, u32, u32)]) -> Vec<Member> {
+    fn fleet(members: &[(&str, u32, u32)]) -> Vec<Member> {
         members
             .iter()
             .map(|&(id, leading, campaigns)| Member {
@@ -526,8 +519,7 @@ mod tests {
         assert_eq!(balance.try_shed(), Some(true));
         assert_eq!(balance.try_shed(), Some(true));
         assert_eq!(balance.try_shed(), None);
-        // Its own releases under way: a release may be a hand-over.
-        assert!(balance.hand_over_likely());
+        assert!(!balance.others_over());
         // The same layout: the same epoch.
         let epoch = balance.epoch();
         balance.set_members(fleet(&[("b", 1, 2), ("a", 9, 10)]), false);
@@ -538,48 +530,6 @@ mod tests {
         balance.ended(true);
         balance.ended(true);
         assert_eq!(balance.try_shed(), Some(false));
-    }
-}
-
-#[cfg(test)]
-mod hold_tests {
-    use super::tests::fleet;
-    use super::Balance;
-
-    fn others_over(balance: &Balance) -> bool {
-        balance.state().round.as_ref().is_some_and(|r| r.over)
-    }
-
-    /// Two leaders over their share hand over at the same renewal, to a
-    /// member below its share: after it, both are at their share and
-    /// nobody is over it, but the releases are still meant for the member
-    /// below. A follower at its share holds off (fails on the old rule,
-    /// "only while another member is over its share": it took the group
-    /// after the 50 ms grace and then handed it over in turn).
-    #[test]
-    fn a_release_while_a_member_is_below_its_share_may_be_a_hand_over() {
-        let balance = Balance::new("b");
-        for _ in 0..3 {
-            balance.campaigning(true);
-            balance.won();
-        }
-        for _ in 3..10 {
-            balance.campaigning(true);
-        }
-        balance.set_members(fleet(&[("0", 0, 10), ("a", 3, 10), ("b", 3, 10)]), true);
-        assert!(balance.at_share() && !others_over(&balance));
-        assert!(balance.hand_over_likely());
-        // Over its share itself (the other leader's group won by an
-        // attempt in flight), nobody else over or below.
-        balance.won();
-        balance.set_members(fleet(&[("a", 3, 7), ("b", 4, 7)]), true);
-        assert!(!others_over(&balance));
-        assert!(balance.hand_over_likely());
-        // Everyone at its share: a release is a step-down or a leaver's.
-        balance.ended(false);
-        balance.set_members(fleet(&[("a", 4, 7), ("b", 3, 7)]), true);
-        assert!(balance.at_share());
-        assert!(!balance.hand_over_likely());
     }
 }
 
@@ -630,7 +580,7 @@ mod failing_tests {
         let cfg = rt.config();
         sleep(cfg.renew_interval() * 3 + cfg.call_timeout() * 2).await;
         assert!(!balance.at_share(), "still balancing on a stale round");
-        assert!(!balance.hand_over_likely());
+        assert!(!balance.others_over());
         // Elections go on.
         assert!(rt.is_leader("g0") && rt.is_leader("g1"));
         rt.shutdown().await;

@@ -339,9 +339,9 @@ impl Election {
     }
 
     /// The share grace: [`Self::wait`] for [`SHARE_GRACE`] — for
-    /// [`hold_for`] while a member (this one too) leads more than its share
-    /// or another less (the release may be a hand-over meant for a member
-    /// below its share, or going back to its leader) — ended sooner by a membership round
+    /// [`hold_for`] while another member leads more than its share (the
+    /// release may be a hand-over meant for a member below its share, or
+    /// going back to its leader) — ended sooner by a membership round
     /// (asked for now) that puts this instance below its share.
     async fn share_grace(&mut self) -> bool {
         let Some(b) = self.balance.clone() else {
@@ -349,7 +349,7 @@ impl Election {
         };
         let start = Instant::now();
         let hold = start + hold_for(self.ctx.config.call_timeout);
-        let mut deadline = if b.hand_over_likely() {
+        let mut deadline = if b.others_over() {
             hold
         } else {
             start + SHARE_GRACE
@@ -368,7 +368,7 @@ impl Election {
                     if !b.at_share() {
                         return true;
                     }
-                    if b.hand_over_likely() {
+                    if b.others_over() {
                         deadline = hold;
                     }
                 }
