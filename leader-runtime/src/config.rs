@@ -201,7 +201,8 @@ impl ConfigBuilder {
     /// +subscribe +ping` (plus `+wait` with [`min_replicas`](Self::min_replicas));
     /// the scripts' own calls are checked against the user's rules too.
     /// Rules without `+exists` (those of earlier versions) still work, but
-    /// each batched follower attempt is then logged as a denial in `ACL LOG`.
+    /// each batched follower attempt and renewal is then logged as a denial
+    /// in `ACL LOG`.
     /// DEPLOYING.md in the repository lists every command and why.
     pub fn redis_url(mut self, url: impl Into<String>) -> Self {
         self.backend = Some(BackendConfig::Redis(RedisConfig::standalone(url.into())));

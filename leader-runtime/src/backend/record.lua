@@ -1,6 +1,6 @@
 -- record.lua: helpers of the lease scripts, prepended to acquire,
--- acquire_many, renew, renew_many and release (Redis scripts cannot include
--- one another).
+-- acquire_many, renew, renew_many, release, claim, once, cron_run and the
+-- fenced writes (Redis scripts cannot include one another).
 --
 -- The pause key of a group ({prefix}:{group}:paused, a hash, no expiry)
 -- exists while an operator paused the group fleet-wide: no acquire succeeds
