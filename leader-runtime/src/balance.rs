@@ -112,26 +112,6 @@ pub(crate) fn hold_for(call_timeout: Duration) -> Duration {
     take_back_after(call_timeout) + SHARE_GRACE
 }
 
-/// At a lease's expiry, a follower that is not the first to ask for the
-/// group asks this much later (see [`Balance::backup_delay`]).
-pub(crate) const BACKUP_DELAY: Duration = Duration::from_millis(20);
-
-/// The rank of `member` for `group` (rendezvous hashing: FNV-1a, the same
-/// on every instance, unlike std's seeded hasher).
-pub(crate) fn rank(group: &str, member: &str) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for &b in group
-        .as_bytes()
-        .iter()
-        .chain(&[0xff])
-        .chain(member.as_bytes())
-    {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    h
-}
-
 /// What one runtime knows of the balance.
 pub(crate) struct Balance {
     me: String,
@@ -166,8 +146,6 @@ struct State {
     layout: Vec<(String, u32)>,
     /// Counts the changes of `layout`.
     epoch: u64,
-    /// The live members' ids in the last round.
-    members: Vec<String>,
 }
 
 /// This instance's view of one membership round.
@@ -334,32 +312,6 @@ impl Balance {
         self.state().round.as_ref().is_some_and(|r| r.over)
     }
 
-    /// How much later than at its expiry this instance asks for `group`,
-    /// whose lease `holder` holds: not at all if it is the first to ask —
-    /// of the live members but the holder, the one `group` ranks highest
-    /// (rendezvous hashing), or no round known — else [`BACKUP_DELAY`].
-    /// When a member crashes, each of its groups is asked for by one
-    /// survivor at the expiry, spread evenly over them, instead of by all of
-    /// them at once, where the first batch to reach the server won them all
-    /// and its instance handed most over again (a crash of one of 20
-    /// balanced instances: 1,069 elections for its 250 groups within 1 s).
-    /// The others ask too, a little later, in case the first is gone.
-    pub(crate) fn backup_delay(&self, group: &str, holder: &str) -> Duration {
-        let s = self.state();
-        if s.round.is_none() {
-            return Duration::ZERO;
-        }
-        let first = s
-            .members
-            .iter()
-            .filter(|m| *m != holder)
-            .max_by_key(|m| (rank(group, m), m.as_str()));
-        match first {
-            Some(m) if *m != self.me => BACKUP_DELAY,
-            _ => Duration::ZERO,
-        }
-    }
-
     /// The fleet's layout (the other members below their share and their
     /// campaign counts): a number that changes when it does.
     pub(crate) fn epoch(&self) -> u64 {
@@ -420,7 +372,6 @@ impl Balance {
             .collect();
         let mut s = self.state();
         s.round = Some(round);
-        s.members = members.iter().map(|m| m.id.clone()).collect();
         if layout != s.layout {
             s.layout = layout;
             s.epoch += 1;
@@ -503,7 +454,7 @@ pub(crate) fn spawn_heartbeat(
 mod tests {
     use super::*;
 
-    pub(super) fn fleet(members: &[(&str, u32, u32)]) -> Vec<Member> {
+    fn fleet(members: &[(&str, u32, u32)]) -> Vec<Member> {
         members
             .iter()
             .map(|&(id, leading, campaigns)| Member {
@@ -579,50 +530,6 @@ mod tests {
         balance.ended(true);
         balance.ended(true);
         assert_eq!(balance.try_shed(), Some(false));
-    }
-}
-
-#[cfg(test)]
-mod backup_tests {
-    use std::time::Duration;
-
-    use super::tests::fleet;
-    use super::{Balance, BACKUP_DELAY};
-
-    /// Of the live members but the holder, exactly one asks at the expiry,
-    /// the same on every instance; each is the first for some groups; with
-    /// no round known, everyone asks at once.
-    #[test]
-    fn one_member_but_the_holder_asks_first_for_each_group() {
-        let ids = ["a", "b", "c", "z"];
-        let fleet_of = |me| {
-            let b = Balance::new(me);
-            b.set_members(
-                fleet(&[("a", 0, 9), ("b", 0, 9), ("c", 0, 9), ("z", 9, 9)]),
-                true,
-            );
-            b
-        };
-        let members: Vec<Balance> = ids.iter().map(|id| fleet_of(id)).collect();
-        let mut firsts = [0; 4];
-        for g in 0..300 {
-            let group = format!("g{g}");
-            let first: Vec<usize> = (0..4)
-                .filter(|&i| members[i].backup_delay(&group, "z") == Duration::ZERO)
-                .collect();
-            // z holds it: a follower's answer never names itself as holder,
-            // so z's own answer does not matter here.
-            let others: Vec<usize> = first.into_iter().filter(|&i| i != 3).collect();
-            assert_eq!(others.len(), 1, "{group}: {others:?}");
-            firsts[others[0]] += 1;
-            for (i, member) in members.iter().enumerate().take(3) {
-                if i != others[0] {
-                    assert_eq!(member.backup_delay(&group, "z"), BACKUP_DELAY);
-                }
-            }
-        }
-        assert!(firsts[..3].iter().all(|&n| n > 60), "{firsts:?}");
-        assert_eq!(Balance::new("a").backup_delay("g0", "z"), Duration::ZERO);
     }
 }
 

@@ -469,24 +469,19 @@ impl AttemptBatcher {
     /// the grid of [`ATTEMPT_STEP`]. Either then moved by this instance's
     /// spread for that step (less than [`ATTEMPT_SPREAD`], the same for every
     /// group). So a lease that ends is tried at most `ATTEMPT_STEP +
-    /// ATTEMPT_SPREAD` after it ends — `backup` later for a follower that is
-    /// not the first to ask for it (balanced leadership: see
-    /// [`Balance::backup_delay`](crate::balance::Balance::backup_delay)).
-    pub(crate) fn follow_at(&self, expiry: Instant, backup: Duration) -> Instant {
+    /// ATTEMPT_SPREAD` after it ends.
+    pub(crate) fn follow_at(&self, expiry: Instant) -> Instant {
         let spread_ms = ATTEMPT_SPREAD.as_millis() as u32;
         if !self.batched {
             let ms = crate::jitter::random_u32() % (spread_ms + 1);
-            return expiry + backup + Duration::from_millis(u64::from(ms));
+            return expiry + Duration::from_millis(u64::from(ms));
         }
         let early = self.grid.floor(expiry, EARLY_STEP);
-        // An early point that is the expiry itself (on the grid) is an
-        // attempt at the expiry: a backup's waits for `backup`.
-        let on_grid =
-            if early >= Instant::now() + EARLY_STEP && (backup.is_zero() || early < expiry) {
-                early
-            } else {
-                self.grid.ceil(expiry + backup, ATTEMPT_STEP)
-            };
+        let on_grid = if early >= Instant::now() + EARLY_STEP {
+            early
+        } else {
+            self.grid.ceil(expiry, ATTEMPT_STEP)
+        };
         let step = self.grid.past(on_grid, u128::MAX) / ATTEMPT_STEP.as_nanos();
         let spread = self.spread.hash_one(step) % u64::from(spread_ms.max(1));
         on_grid + Duration::from_millis(spread)
