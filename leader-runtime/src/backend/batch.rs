@@ -536,15 +536,6 @@ async fn run_attempts(
         // An election that gave up waiting (stopped, timed out) no longer
         // counts on this attempt: don't take a lease nobody would hold.
         batch.retain(|r| !r.reply.is_closed());
-        // Start the chunks at a random group: when one leader of thousands
-        // of groups dies, every follower asks for all of them at once, in
-        // chunks of MAX_GROUPS, and Redis serves the followers' calls in
-        // turn. Cut the same way everywhere, every follower's first call
-        // asked for the same groups (one won them, the others were refused)
-        // and the last chunk's groups were granted only after every
-        // follower's other calls; from random starts the first calls cover
-        // different groups.
-        start_at_random(&mut batch);
         let mut chunks: HashMap<(String, Duration, u16), Vec<Attempt>> = HashMap::new();
         for request in batch {
             let slot = if cluster {
@@ -564,15 +555,6 @@ async fn run_attempts(
         for chunk in chunks.into_values().filter(|c| !c.is_empty()) {
             tokio::spawn(send_attempts(backend.clone(), chunk));
         }
-    }
-}
-
-/// Rotate a batch of more than one call's worth to start at a random entry
-/// (see `run_attempts`).
-fn start_at_random<T>(batch: &mut [T]) {
-    if batch.len() > MAX_GROUPS {
-        let start = crate::jitter::random_u32() as usize % batch.len();
-        batch.rotate_left(start);
     }
 }
 
@@ -630,28 +612,6 @@ mod tests {
         max: MAX_GATHER,
         busy_max: Some(Duration::from_millis(1250)),
     };
-
-    /// A batch of several calls' worth starts at a random group, in order
-    /// from there (each follower's first call asks for other groups); one
-    /// call's worth is left as it came.
-    #[test]
-    fn a_batch_of_many_calls_starts_at_a_random_group() {
-        let mut starts = std::collections::HashSet::new();
-        for _ in 0..100 {
-            let mut batch: Vec<usize> = (0..2 * MAX_GROUPS).collect();
-            start_at_random(&mut batch);
-            let first = batch[0];
-            let rotated: Vec<usize> = (0..2 * MAX_GROUPS)
-                .map(|i| (first + i) % (2 * MAX_GROUPS))
-                .collect();
-            assert_eq!(batch, rotated);
-            starts.insert(first);
-        }
-        assert!(starts.len() > 50, "{} distinct starts", starts.len());
-        let mut one_call: Vec<usize> = (0..MAX_GROUPS).collect();
-        start_at_random(&mut one_call);
-        assert_eq!(one_call, (0..MAX_GROUPS).collect::<Vec<_>>());
-    }
 
     #[test]
     fn the_wait_is_a_small_part_of_the_call_timeout() {
