@@ -9,7 +9,7 @@
 use leader_testkit::{RedisServer, Reply, RespConn};
 
 mod support;
-use support::ACL_RULES;
+use support::{script_user, ACL_RULES};
 
 const SCRIPT: &str = concat!(
     include_str!("../src/backend/record.lua"),
@@ -184,13 +184,7 @@ async fn without_exists_in_the_acl_the_pause_is_checked_group_by_group() {
     // The documented rules as earlier versions wrote them: no `+exists`.
     let earlier = ACL_RULES.replace(" +exists", "");
     assert_ne!(earlier, ACL_RULES);
-    let server = RedisServer::builder()
-        .password("admin-pw")
-        .acl_user("app", "app-pw", &earlier)
-        .start()
-        .await
-        .unwrap();
-    let mut admin = server.connect().await.unwrap();
+    let (_server, mut admin, mut app) = script_user(&earlier).await;
     cmd(
         &mut admin,
         &["SET", "leader:{a}:lease", "other", "PX", "10000"],
@@ -202,11 +196,6 @@ async fn without_exists_in_the_acl_the_pause_is_checked_group_by_group() {
     )
     .await;
     cmd(&mut admin, &["HSET", "leader:{b}:paused", "by", "test"]).await;
-    let mut app = RespConn::connect(server.addr()).await.unwrap();
-    assert_eq!(
-        cmd(&mut app, &["AUTH", "app", "app-pw"]).await,
-        Reply::Simple("OK".to_owned())
-    );
     // Those rules have no EXISTS.
     assert!(matches!(
         cmd(&mut app, &["EXISTS", "leader:{a}:lease"]).await,
@@ -227,23 +216,12 @@ async fn without_exists_in_the_acl_the_pause_is_checked_group_by_group() {
 /// fallback for earlier rules) is logged as a denial on every call.
 #[tokio::test]
 async fn the_documented_acl_rules_run_a_batched_attempt_without_a_denial() {
-    let server = RedisServer::builder()
-        .password("admin-pw")
-        .acl_user("app", "app-pw", ACL_RULES)
-        .start()
-        .await
-        .unwrap();
-    let mut admin = server.connect().await.unwrap();
+    let (_server, mut admin, mut app) = script_user(ACL_RULES).await;
     cmd(
         &mut admin,
         &["SET", "leader:{a}:lease", "other", "PX", "10000"],
     )
     .await;
-    let mut app = RespConn::connect(server.addr()).await.unwrap();
-    assert_eq!(
-        cmd(&mut app, &["AUTH", "app", "app-pw"]).await,
-        Reply::Simple("OK".to_owned())
-    );
     let reply = acquire_many(&mut app, "me", &["a", "b"]).await;
     let parts = split(&reply);
     assert_eq!(held_by(parts[0]).0, "other", "{reply:?}");

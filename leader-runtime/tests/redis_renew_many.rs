@@ -12,7 +12,7 @@
 use leader_testkit::{RedisServer, Reply, RespConn};
 
 mod support;
-use support::ACL_RULES;
+use support::{script_user, ACL_RULES};
 
 const RECORD: &str = include_str!("../src/backend/record.lua");
 const RENEW_MANY: &str = include_str!("../src/backend/renew_many.lua");
@@ -132,20 +132,6 @@ async fn one_call_answers_each_group_as_renew_would() {
     }
 }
 
-/// A connection as an ACL user with `rules`, and an admin one.
-async fn acl_user(rules: &str) -> (RedisServer, RespConn, RespConn) {
-    let server = RedisServer::builder()
-        .password("admin-pw")
-        .acl_user("app", "app-pw", rules)
-        .start()
-        .await
-        .unwrap();
-    let admin = server.connect().await.unwrap();
-    let mut app = RespConn::connect(server.addr()).await.unwrap();
-    assert_eq!(cmd(&mut app, &["AUTH", "app", "app-pw"]).await, "OK");
-    (server, admin, app)
-}
-
 /// With the rules of earlier versions (no `EXISTS`), a batched renewal
 /// checks each group's pause key on its own: the paused group is still
 /// answered paused, the others renewed.
@@ -153,7 +139,7 @@ async fn acl_user(rules: &str) -> (RedisServer, RespConn, RespConn) {
 async fn without_exists_in_the_acl_a_paused_group_is_still_seen() {
     let earlier = ACL_RULES.replace(" +exists", "");
     assert_ne!(earlier, ACL_RULES);
-    let (_server, mut admin, mut app) = acl_user(&earlier).await;
+    let (_server, mut admin, mut app) = script_user(&earlier).await;
     fixtures(&mut admin, true).await;
     assert!(matches!(
         cmd(&mut app, &["EXISTS", "leader:{ok}:lease"]).await,
@@ -171,7 +157,7 @@ async fn without_exists_in_the_acl_a_paused_group_is_still_seen() {
 async fn a_record_the_acl_forbids_reading_is_an_error() {
     let rules = ACL_RULES.replace(" +hmget", "");
     assert_ne!(rules, ACL_RULES);
-    let (_server, mut admin, mut app) = acl_user(&rules).await;
+    let (_server, mut admin, mut app) = script_user(&rules).await;
     fixtures(&mut admin, false).await;
     let refused = |reply: &Reply| {
         let text = match reply {

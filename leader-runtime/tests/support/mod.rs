@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use leader_runtime::{Config, ConfigBuilder, Event, Runtime};
-use leader_testkit::RedisServer;
+use leader_testkit::{RedisServer, RespConn};
 use tokio::sync::broadcast;
 use tokio::time::timeout;
 
@@ -174,4 +174,20 @@ pub(crate) async fn command_calls(server: &RedisServer, command: &str) -> u64 {
         .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:")))
         .and_then(|l| l.split(',').find_map(|f| f.strip_prefix("calls=")))
         .map_or(0, |c| c.parse().unwrap())
+}
+
+/// A server with an admin password and an ACL user `app` with `rules`, for
+/// running the scripts directly: the server, an admin connection, and one
+/// authenticated as `app`.
+pub(crate) async fn script_user(rules: &str) -> (RedisServer, RespConn, RespConn) {
+    let server = RedisServer::builder()
+        .password("admin-pw")
+        .acl_user("app", "app-pw", rules)
+        .start()
+        .await
+        .unwrap();
+    let admin = server.connect().await.unwrap();
+    let mut app = RespConn::connect(server.addr()).await.unwrap();
+    assert_eq!(app.cmd(&["AUTH", "app", "app-pw"]).await.unwrap(), "OK");
+    (server, admin, app)
 }
