@@ -56,6 +56,14 @@ pub(crate) const EARLY_STEP: Duration = Duration::from_millis(250);
 /// do not all ask at the same instant.
 pub(crate) const ATTEMPT_SPREAD: Duration = Duration::from_millis(5);
 
+/// A follower that asks for a lease only after its expiry plus a delay (a
+/// backup: balanced leadership, see
+/// [`Balance::backup_delay`](crate::balance::Balance::backup_delay)) makes
+/// its early attempt at least this long before the expiry, so that the
+/// attempt cannot reach the server after the expiry and take the lease
+/// ahead of the follower the group ranks first.
+pub(crate) const BACKUP_LEAD: Duration = Duration::from_millis(100);
+
 /// A grid of time: multiples of a step counted from a zero point. Redis
 /// counts them from the Unix epoch (the instances of a fleet share the
 /// wall clock, so their grids line up); in memory, from the backend's start
@@ -469,18 +477,29 @@ impl AttemptBatcher {
     /// the grid of [`ATTEMPT_STEP`]. Either then moved by this instance's
     /// spread for that step (less than [`ATTEMPT_SPREAD`], the same for every
     /// group). So a lease that ends is tried at most `ATTEMPT_STEP +
-    /// ATTEMPT_SPREAD` after it ends.
-    pub(crate) fn follow_at(&self, expiry: Instant) -> Instant {
+    /// ATTEMPT_SPREAD` after it ends — `backup` later for a follower that is
+    /// not the first to ask for it (balanced leadership: see
+    /// [`Balance::backup_delay`](crate::balance::Balance::backup_delay)).
+    pub(crate) fn follow_at(&self, expiry: Instant, backup: Duration) -> Instant {
         let spread_ms = ATTEMPT_SPREAD.as_millis() as u32;
         if !self.batched {
             let ms = crate::jitter::random_u32() % (spread_ms + 1);
-            return expiry + Duration::from_millis(u64::from(ms));
+            return expiry + backup + Duration::from_millis(u64::from(ms));
         }
-        let early = self.grid.floor(expiry, EARLY_STEP);
+        // A backup's early attempt comes at least `BACKUP_LEAD` before the
+        // expiry: one sent just before it (a leader renews on this grid, so
+        // its lease often ends a few ms past a point of it) can reach the
+        // server after the expiry and win ahead of the first follower.
+        let latest_early = if backup.is_zero() {
+            expiry
+        } else {
+            expiry.checked_sub(BACKUP_LEAD).unwrap_or(expiry)
+        };
+        let early = self.grid.floor(latest_early, EARLY_STEP);
         let on_grid = if early >= Instant::now() + EARLY_STEP {
             early
         } else {
-            self.grid.ceil(expiry, ATTEMPT_STEP)
+            self.grid.ceil(expiry + backup, ATTEMPT_STEP)
         };
         let step = self.grid.past(on_grid, u128::MAX) / ATTEMPT_STEP.as_nanos();
         let spread = self.spread.hash_one(step) % u64::from(spread_ms.max(1));
@@ -625,6 +644,34 @@ mod tests {
             short.busy_max <= Some(Duration::from_micros(1250)),
             "{short:?}"
         );
+    }
+
+    /// A lease that a leader renewed just past a point of the early grid
+    /// (leaders renew on it): the follower the group ranks first asks at
+    /// that point, within `ATTEMPT_SPREAD` of the expiry; a backup asks at
+    /// least `BACKUP_LEAD` earlier, and once that attempt has found the
+    /// lease about to end, `backup` after the expiry. Fails when a backup's
+    /// early attempt can come within a few ms of the expiry: on a busy
+    /// server it then arrives after it and takes the lease first.
+    #[tokio::test(start_paused = true)]
+    async fn a_backup_asks_well_before_the_expiry_or_after_its_delay() {
+        let attempts = AttemptBatcher::new(
+            Backend::Memory(crate::MemoryBackend::new()),
+            true,
+            Duration::from_secs(5),
+        );
+        let backup = Duration::from_millis(30);
+        let expiry = Instant::now() + EARLY_STEP * 40 + Duration::from_millis(3);
+        let first = attempts.follow_at(expiry, Duration::ZERO);
+        assert!(first + Duration::from_millis(3) >= expiry, "{:?}", expiry - first);
+        assert!(first < expiry + ATTEMPT_SPREAD);
+        let early = attempts.follow_at(expiry, backup);
+        assert!(early + BACKUP_LEAD <= expiry, "{:?}", expiry - early);
+        // That attempt found the lease ending at `expiry`.
+        tokio::time::advance(early - Instant::now()).await;
+        let late = attempts.follow_at(expiry, backup);
+        assert!(late >= expiry + backup, "{:?}", late - expiry);
+        assert!(late < expiry + backup + ATTEMPT_STEP + ATTEMPT_SPREAD);
     }
 
     #[tokio::test(start_paused = true)]
