@@ -59,9 +59,10 @@ pub(crate) const ATTEMPT_SPREAD: Duration = Duration::from_millis(5);
 /// A follower that asks for a lease only after its expiry plus a delay (a
 /// backup: balanced leadership, see
 /// [`Balance::backup_delay`](crate::balance::Balance::backup_delay)) makes
-/// its early attempt at least this long before the expiry, so that the
-/// attempt cannot reach the server after the expiry and take the lease
-/// ahead of the follower the group ranks first.
+/// its early attempt this long or more before the expiry (less this
+/// instance's spread), so that the attempt rarely reaches the server after
+/// the expiry and takes the lease ahead of the follower the group ranks
+/// first.
 pub(crate) const BACKUP_LEAD: Duration = Duration::from_millis(100);
 
 /// A grid of time: multiples of a step counted from a zero point. Redis
@@ -491,15 +492,13 @@ impl AttemptBatcher {
         // its lease often ends a few ms past a point of it) can reach the
         // server after the expiry and win ahead of the first follower.
         let latest_early = if backup.is_zero() {
-            expiry
+            Some(expiry)
         } else {
-            expiry.checked_sub(BACKUP_LEAD).unwrap_or(expiry)
+            expiry.checked_sub(BACKUP_LEAD)
         };
-        let early = self.grid.floor(latest_early, EARLY_STEP);
-        let on_grid = if early >= Instant::now() + EARLY_STEP {
-            early
-        } else {
-            self.grid.ceil(expiry + backup, ATTEMPT_STEP)
+        let on_grid = match latest_early.map(|t| self.grid.floor(t, EARLY_STEP)) {
+            Some(early) if early >= Instant::now() + EARLY_STEP => early,
+            _ => self.grid.ceil(expiry + backup, ATTEMPT_STEP),
         };
         let step = self.grid.past(on_grid, u128::MAX) / ATTEMPT_STEP.as_nanos();
         let spread = self.spread.hash_one(step) % u64::from(spread_ms.max(1));
@@ -660,13 +659,13 @@ mod tests {
             true,
             Duration::from_secs(5),
         );
-        let backup = Duration::from_millis(30);
+        let backup = crate::balance::BACKUP_DELAY;
         let expiry = Instant::now() + EARLY_STEP * 40 + Duration::from_millis(3);
         let first = attempts.follow_at(expiry, Duration::ZERO);
         assert!(first + Duration::from_millis(3) >= expiry, "{:?}", expiry - first);
         assert!(first < expiry + ATTEMPT_SPREAD);
         let early = attempts.follow_at(expiry, backup);
-        assert!(early + BACKUP_LEAD <= expiry, "{:?}", expiry - early);
+        assert!(early + BACKUP_LEAD <= expiry + ATTEMPT_SPREAD, "{:?}", expiry - early);
         // That attempt found the lease ending at `expiry`.
         tokio::time::advance(early - Instant::now()).await;
         let late = attempts.follow_at(expiry, backup);
