@@ -216,7 +216,7 @@ impl Election {
                 )
                 .await;
             let received = Instant::now();
-            let mut backup = Duration::ZERO;
+            let mut ranked = None;
             let next = match result {
                 Ok(Acquire::Won { token, wait, why }) => {
                     self.recovered();
@@ -246,7 +246,7 @@ impl Election {
                     // Somebody took the group handed over: no take-back.
                     self.taking_back = None;
                     if let Some(b) = &self.balance {
-                        backup = b.backup_delay(&self.group.name, &holder);
+                        ranked = Some(b.backup_delay(&self.group.name, &holder));
                     }
                     let notices_up = self.ctx.notices_up.load(Ordering::SeqCst);
                     match pttl {
@@ -269,7 +269,7 @@ impl Election {
                 }
             };
             // On the attempt grid: the groups due together go as one call.
-            let wait_until = self.ctx.attempts.follow_at(next, backup);
+            let wait_until = self.ctx.attempts.follow_at(next, ranked);
             self.group.control.mark_first_round();
             if !self.wait(wait_until, true).await {
                 return None;
