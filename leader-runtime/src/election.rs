@@ -216,7 +216,6 @@ impl Election {
                 )
                 .await;
             let received = Instant::now();
-            let mut ranked = None;
             let next = match result {
                 Ok(Acquire::Won { token, wait, why }) => {
                     self.recovered();
@@ -245,9 +244,6 @@ impl Election {
                     tracing::trace!(%holder, ?pttl, "lease held by another instance");
                     // Somebody took the group handed over: no take-back.
                     self.taking_back = None;
-                    if let Some(b) = &self.balance {
-                        ranked = Some(b.backup_delay(&self.group.name, &holder));
-                    }
                     let notices_up = self.ctx.notices_up.load(Ordering::SeqCst);
                     match pttl {
                         // Try again right when it expires (it cannot expire
@@ -269,7 +265,7 @@ impl Election {
                 }
             };
             // On the attempt grid: the groups due together go as one call.
-            let wait_until = self.ctx.attempts.follow_at(next, ranked);
+            let wait_until = self.ctx.attempts.follow_at(next);
             self.group.control.mark_first_round();
             if !self.wait(wait_until, true).await {
                 return None;

@@ -56,15 +56,6 @@ pub(crate) const EARLY_STEP: Duration = Duration::from_millis(250);
 /// do not all ask at the same instant.
 pub(crate) const ATTEMPT_SPREAD: Duration = Duration::from_millis(5);
 
-/// With balanced leadership a follower makes its early attempt this long
-/// or more before the expiry (less this instance's spread), so that a
-/// backup's attempt (one that should ask only after the expiry plus a
-/// delay: see [`Balance::backup_delay`](crate::balance::Balance::backup_delay))
-/// rarely reaches the server after the expiry and takes the lease ahead of
-/// the follower the group ranks first. The first follower's early attempt
-/// comes as early, on the same grid point, so that both go in one call.
-pub(crate) const BACKUP_LEAD: Duration = Duration::from_millis(100);
-
 /// A grid of time: multiples of a step counted from a zero point. Redis
 /// counts them from the Unix epoch (the instances of a fleet share the
 /// wall clock, so their grids line up); in memory, from the backend's start
@@ -478,31 +469,18 @@ impl AttemptBatcher {
     /// the grid of [`ATTEMPT_STEP`]. Either then moved by this instance's
     /// spread for that step (less than [`ATTEMPT_SPREAD`], the same for every
     /// group). So a lease that ends is tried at most `ATTEMPT_STEP +
-    /// ATTEMPT_SPREAD` after it ends. With balanced leadership (`ranked`:
-    /// `Some` of this follower's delay, zero for the follower the group
-    /// ranks first, see
-    /// [`Balance::backup_delay`](crate::balance::Balance::backup_delay)),
-    /// that delay later, and the early attempt [`BACKUP_LEAD`] or more
-    /// before the expiry for every follower (on one grid point, so the
-    /// attempts of one leader's groups still go together).
-    pub(crate) fn follow_at(&self, expiry: Instant, ranked: Option<Duration>) -> Instant {
+    /// ATTEMPT_SPREAD` after it ends.
+    pub(crate) fn follow_at(&self, expiry: Instant) -> Instant {
         let spread_ms = ATTEMPT_SPREAD.as_millis() as u32;
-        let delay = ranked.unwrap_or_default();
         if !self.batched {
             let ms = crate::jitter::random_u32() % (spread_ms + 1);
-            return expiry + delay + Duration::from_millis(u64::from(ms));
+            return expiry + Duration::from_millis(u64::from(ms));
         }
-        // Balanced, the early attempt comes `BACKUP_LEAD` or more before the
-        // expiry: one sent just before it (a leader renews on this grid, so
-        // its lease often ends a few ms past a point of it) can reach the
-        // server after the expiry and win ahead of the first follower.
-        let latest_early = match ranked {
-            None => Some(expiry),
-            Some(_) => expiry.checked_sub(BACKUP_LEAD),
-        };
-        let on_grid = match latest_early.map(|t| self.grid.floor(t, EARLY_STEP)) {
-            Some(early) if early >= Instant::now() + EARLY_STEP => early,
-            _ => self.grid.ceil(expiry + delay, ATTEMPT_STEP),
+        let early = self.grid.floor(expiry, EARLY_STEP);
+        let on_grid = if early >= Instant::now() + EARLY_STEP {
+            early
+        } else {
+            self.grid.ceil(expiry, ATTEMPT_STEP)
         };
         let step = self.grid.past(on_grid, u128::MAX) / ATTEMPT_STEP.as_nanos();
         let spread = self.spread.hash_one(step) % u64::from(spread_ms.max(1));
@@ -647,40 +625,6 @@ mod tests {
             short.busy_max <= Some(Duration::from_micros(1250)),
             "{short:?}"
         );
-    }
-
-    /// A lease that a leader renewed just past a point of the early grid
-    /// (leaders renew on it). Unbalanced, a follower asks at that point,
-    /// within `ATTEMPT_SPREAD` of the expiry. Balanced, every follower asks
-    /// `BACKUP_LEAD` or more earlier (the first and the backups at one
-    /// point), and once that attempt has found the lease about to end, the
-    /// first at the expiry and a backup its delay later. Fails when a
-    /// backup's early attempt can come within a few ms of the expiry: on a
-    /// busy server it then arrives after it and takes the lease first.
-    #[tokio::test(start_paused = true)]
-    async fn a_backup_asks_well_before_the_expiry_or_after_its_delay() {
-        let attempts = AttemptBatcher::new(
-            Backend::Memory(crate::MemoryBackend::new()),
-            true,
-            Duration::from_secs(5),
-        );
-        let backup = crate::balance::BACKUP_DELAY;
-        let expiry = Instant::now() + EARLY_STEP * 40 + Duration::from_millis(3);
-        let unbalanced = attempts.follow_at(expiry, None);
-        assert!(unbalanced + Duration::from_millis(3) >= expiry);
-        assert!(unbalanced < expiry + ATTEMPT_SPREAD);
-        let first = attempts.follow_at(expiry, Some(Duration::ZERO));
-        let early = attempts.follow_at(expiry, Some(backup));
-        assert!(early + BACKUP_LEAD <= expiry + ATTEMPT_SPREAD, "{:?}", expiry - early);
-        assert_eq!(first, early, "one grid point, one call");
-        // That attempt found the lease ending at `expiry`.
-        tokio::time::advance(early - Instant::now()).await;
-        let first = attempts.follow_at(expiry, Some(Duration::ZERO));
-        assert!(first >= expiry, "{:?}", expiry - first);
-        assert!(first < expiry + ATTEMPT_STEP + ATTEMPT_SPREAD);
-        let late = attempts.follow_at(expiry, Some(backup));
-        assert!(late >= expiry + backup, "{:?}", late - expiry);
-        assert!(late < expiry + backup + ATTEMPT_STEP + ATTEMPT_SPREAD);
     }
 
     #[tokio::test(start_paused = true)]
