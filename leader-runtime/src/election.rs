@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tokio::time::{sleep_until, Instant};
 
-use crate::backend::{self, Acquire, Op, Renew, SafeStart};
+use crate::backend::{self, Acquire, Ask, Op, Renew, SafeStart};
 use crate::balance::{hold_for, take_back_after, Balance, SHARE_GRACE, VAIN_HAND_OVERS};
 use crate::ctx::{Callback, Ctx};
 use crate::events::{Event, LostReason};
@@ -155,7 +155,18 @@ impl Election {
     /// Campaign until we win (`Some`) or the runtime stops (`None`).
     async fn follow(&mut self) -> Option<Won> {
         let retry = self.ctx.config.retry_interval;
+        // The holder an early attempt (`follow_at`) is made for, when it
+        // comes at the time given (not after a notice or a request).
+        let mut early_for: Option<String> = None;
         loop {
+            // Balanced, an early attempt is a peek unless this instance is
+            // the group's first follower, ranked by the membership known now.
+            let ask = match (early_for.take(), &self.balance) {
+                (Some(holder), Some(b)) if !b.backup_delay(&self.group.name, &holder).is_zero() => {
+                    Ask::Peek
+                }
+                _ => Ask::Take,
+            };
             // Out of the race, a group is not one this instance could take.
             self.count_campaign(self.group.control.eligible());
             if !self.group.control.eligible() {
@@ -210,12 +221,15 @@ impl Election {
                     self.ctx.attempts.acquire(
                         &self.group.name,
                         &self.keys,
+                        ask,
                         &self.ctx.config.instance_id,
                         ttl,
                     ),
                 )
                 .await;
             let received = Instant::now();
+            let mut backup = Duration::ZERO;
+            let mut holder_seen = None;
             let next = match result {
                 Ok(Acquire::Won { token, wait, why }) => {
                     self.recovered();
@@ -244,6 +258,10 @@ impl Election {
                     tracing::trace!(%holder, ?pttl, "lease held by another instance");
                     // Somebody took the group handed over: no take-back.
                     self.taking_back = None;
+                    if let Some(b) = &self.balance {
+                        backup = b.backup_delay(&self.group.name, &holder);
+                    }
+                    holder_seen = Some(holder);
                     let notices_up = self.ctx.notices_up.load(Ordering::SeqCst);
                     match pttl {
                         // Try again right when it expires (it cannot expire
@@ -259,13 +277,23 @@ impl Election {
                     // A resume request wakes us sooner.
                     received + retry
                 }
+                Ok(Acquire::Free) => {
+                    // Our peek (a balanced backup's early attempt) found the
+                    // lease gone: the group's first follower takes it now;
+                    // we ask only a backup's delay later, in case it is gone.
+                    self.recovered();
+                    self.saw_paused(false);
+                    self.group.observed.saw_holder(None);
+                    backup = crate::balance::BACKUP_DELAY;
+                    received
+                }
                 Err(e) => {
                     self.failed("acquire", &e);
                     received + retry
                 }
             };
             // On the attempt grid: the groups due together go as one call.
-            let wait_until = self.ctx.attempts.follow_at(next);
+            let (wait_until, early) = self.ctx.attempts.follow_at(next, backup);
             self.group.control.mark_first_round();
             if !self.wait(wait_until, true).await {
                 return None;
@@ -273,6 +301,8 @@ impl Election {
             if self.noticed {
                 // Another instance held the group and released it.
                 self.taking_back = None;
+            } else if early && Instant::now() >= wait_until {
+                early_for = holder_seen;
             }
         }
     }

@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::batch::RenewBatcher;
 use super::sentinel::SentinelConn;
-use super::{Acquire, Channels, Counts, Member, Notice, NoticeSink, Op, Renew, SafeStart};
+use super::{Acquire, Ask, Channels, Counts, Member, Notice, NoticeSink, Op, Renew, SafeStart};
 use crate::names::GroupKeys;
 use crate::redact::redact_url;
 use crate::{Error, Result};
@@ -530,30 +530,40 @@ impl RedisBackend {
     }
 
     /// The attempts of `groups` for `id`: one `acquire_many.lua` call (one
-    /// `acquire.lua` call for a single group). With `min_replicas`, the call
+    /// `acquire.lua` call for a single group taken). With `min_replicas`, the call
     /// is pipelined with one `WAIT`, and each group's win is confirmed by
     /// its result as a lone acquire's would be (`confirm`).
     pub(super) async fn acquire_many(
         &self,
         id: &str,
         ttl: Duration,
-        groups: &[(&str, &GroupKeys)],
+        groups: &[(&str, &GroupKeys, Ask)],
     ) -> Vec<Result<Acquire>> {
-        if let [(group, keys)] = groups {
+        if let [(group, keys, Ask::Take)] = groups {
             return vec![self.acquire(&Op { group, keys, id }, ttl).await];
         }
         let keys: Vec<&str> = groups
             .iter()
-            .flat_map(|(_, k)| [&*k.lease, &*k.record, &*k.paused])
+            .flat_map(|(_, k, _)| [&*k.lease, &*k.record, &*k.paused])
             .collect();
+        // ARGV[3]: which groups are only peeked at, when any is.
+        let peeks: Option<String> = groups.iter().any(|g| g.2 == Ask::Peek).then(|| {
+            groups
+                .iter()
+                .map(|g| if g.2 == Ask::Peek { 'p' } else { '-' })
+                .collect()
+        });
         let script = &self.scripts.acquire_many;
         let (reply, acks) = if self.min_replicas > 0 {
-            match self.invoke_and_wait(script, &keys, id, ttl).await {
+            match self
+                .invoke_and_wait(script, &keys, id, ttl, peeks.as_deref())
+                .await
+            {
                 Ok((reply, acks)) => (Ok(reply), Some(acks)),
                 Err(failed) => {
                     return groups
                         .iter()
-                        .map(|(group, _)| Err(failed.error(group, "acquire_many + WAIT")))
+                        .map(|(group, _, _)| Err(failed.error(group, "acquire_many + WAIT")))
                         .collect()
                 }
             }
@@ -563,6 +573,9 @@ impl RedisBackend {
                 call.key(*key);
             }
             call.arg(id).arg(millis(ttl));
+            if let Some(peeks) = &peeks {
+                call.arg(peeks);
+            }
             (call.invoke_async(&mut self.conn.clone()).await, None)
         };
         let replies = match reply.map(|r| split_flat(groups.len(), r)) {
@@ -570,20 +583,20 @@ impl RedisBackend {
             Ok(Err(other)) => {
                 return groups
                     .iter()
-                    .map(|(group, _)| Err(protocol_err(group, "acquire_many", &other)))
+                    .map(|(group, _, _)| Err(protocol_err(group, "acquire_many", &other)))
                     .collect()
             }
             Err(e) => {
                 return groups
                     .iter()
-                    .map(|(group, _)| Err(backend_err(group, &e)))
+                    .map(|(group, _, _)| Err(backend_err(group, &e)))
                     .collect()
             }
         };
         groups
             .iter()
             .zip(replies)
-            .map(|(&(group, _), reply)| {
+            .map(|(&(group, _, _), reply)| {
                 let acquired = match reply {
                     // That group's own error.
                     FlatReply::Error(e) => Err(Error::backend(group, String::from_utf8_lossy(&e))),
@@ -602,14 +615,15 @@ impl RedisBackend {
     async fn acquire_confirmed(&self, op: &Op<'_>, ttl: Duration) -> Result<Acquire> {
         let keys = [&*op.keys.lease, &*op.keys.record, &*op.keys.paused];
         let (reply, acks) = self
-            .invoke_and_wait(&self.scripts.acquire, &keys, op.id, ttl)
+            .invoke_and_wait(&self.scripts.acquire, &keys, op.id, ttl, None)
             .await
             .map_err(|failed| failed.error(op.group, "acquire + WAIT"))?;
         let acquired = parse_acquire(op.group, reply)?;
         self.confirm(op.group, acquired, &acks, ttl)
     }
 
-    /// `script` (an acquire script) on `keys` with our `id` and `ttl`, then
+    /// `script` (an acquire script) on `keys` with our `id`, `ttl` and
+    /// `peeks` (`acquire_many.lua`'s ARGV[3]), then
     /// `WAIT` for `min_replicas` replicas, pipelined on one connection so
     /// that the `WAIT` covers the script's writes: the script's reply and
     /// `WAIT`'s (either may be an error value).
@@ -619,6 +633,7 @@ impl RedisBackend {
         keys: &[&str],
         id: &str,
         ttl: Duration,
+        peeks: Option<&str>,
     ) -> std::result::Result<(Value, Value), WaitFailed> {
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
@@ -627,7 +642,8 @@ impl RedisBackend {
             .arg(keys.len())
             .arg(keys)
             .arg(id)
-            .arg(millis(ttl));
+            .arg(millis(ttl))
+            .arg(peeks);
         pipe.cmd("WAIT")
             .arg(self.min_replicas)
             .arg(millis(self.wait_timeout));
@@ -700,10 +716,12 @@ impl RedisBackend {
                 unconfirmed.remove(group);
                 Ok(held)
             }
-            // The script returned before reading the lease: says nothing of
-            // whether the unconfirmed acquisition reached the replicas, so
-            // the next win after the resume still waits one ttl.
+            // The script returned before reading the lease (paused), or a
+            // peek found it free: says nothing of whether the unconfirmed
+            // acquisition reached the replicas, so the next win still
+            // waits one ttl.
             Acquire::Paused => Ok(Acquire::Paused),
+            Acquire::Free => Ok(Acquire::Free),
         }
     }
 
@@ -1019,7 +1037,7 @@ enum FlatReply {
 
 /// `acquire_many.lua`'s flat reply cut into `groups` replies: each starts
 /// with its kind, which tells its length (1 won: 4 entries, 0 held: 3,
-/// 2 paused and -1 error: 2). Anything else, or entries left over or missing,
+/// 2 paused and -1 error: 2, 3 free (a peek): 1). Anything else, or entries left over or missing,
 /// is an error: the reply, or the part that does not parse (a protocol error
 /// for every group).
 fn split_flat(groups: usize, reply: Value) -> std::result::Result<Vec<FlatReply>, Value> {
@@ -1033,6 +1051,7 @@ fn split_flat(groups: usize, reply: Value) -> std::result::Result<Vec<FlatReply>
             Value::Int(1) => 4,
             Value::Int(0) => 3,
             Value::Int(2 | -1) => 2,
+            Value::Int(3) => 1,
             other => return Err(other),
         };
         let mut part = Vec::with_capacity(len);
@@ -1056,6 +1075,8 @@ fn split_flat(groups: usize, reply: Value) -> std::result::Result<Vec<FlatReply>
 
 fn parse_acquire(group: &str, reply: Value) -> Result<Acquire> {
     let items = match reply {
+        // A peek's answer (acquire_many.lua only).
+        Value::Array(items) if items == [Value::Int(3)] => return Ok(Acquire::Free),
         Value::Array(items) if items.len() == 2 => {
             return match items.as_slice() {
                 [Value::Int(2), Value::BulkString(word)] if word == b"paused" => {
@@ -1181,8 +1202,9 @@ mod tests {
             b("paused"),
             Value::Int(-1),
             b("ERR lease record x holds no valid token"),
+            Value::Int(3),
         ];
-        let parts = split_flat(4, Value::Array(flat.clone())).unwrap();
+        let parts = split_flat(5, Value::Array(flat.clone())).unwrap();
         assert_eq!(
             parts,
             vec![
@@ -1190,6 +1212,7 @@ mod tests {
                 FlatReply::Acquire(Value::Array(flat[3..7].to_vec())),
                 FlatReply::Acquire(Value::Array(flat[7..9].to_vec())),
                 FlatReply::Error(b"ERR lease record x holds no valid token".to_vec()),
+                FlatReply::Acquire(Value::Array(vec![Value::Int(3)])),
             ]
         );
         // Each part reads as acquire.lua's reply.
@@ -1204,11 +1227,15 @@ mod tests {
             matches!(parsed.next(), Some(Ok(Acquire::Won { token: 17, wait, why: SafeStart::No })) if wait.is_zero())
         );
         assert!(matches!(parsed.next(), Some(Ok(Acquire::Paused))));
+        assert!(matches!(parsed.next(), Some(Err(_))));
+        // A peek's answer.
+        assert!(matches!(parsed.next(), Some(Ok(Acquire::Free))));
         // One group too many or too few, a part cut short, an unknown kind,
         // an error that is not text: the whole reply is refused.
-        assert!(split_flat(5, Value::Array(flat.clone())).is_err());
-        assert!(split_flat(3, Value::Array(flat.clone())).is_err());
+        assert!(split_flat(6, Value::Array(flat.clone())).is_err());
+        assert!(split_flat(4, Value::Array(flat.clone())).is_err());
         assert!(split_flat(1, Value::Array(flat[0..2].to_vec())).is_err());
+        assert!(split_flat(1, Value::Array(vec![Value::Int(4), b("x")])).is_err());
         assert!(split_flat(1, Value::Array(vec![Value::Int(3), b("x")])).is_err());
         assert!(split_flat(1, Value::Array(vec![Value::Int(-1), Value::Int(5)])).is_err());
         assert!(split_flat(1, Value::Int(0)).is_err());

@@ -11,7 +11,7 @@ use tokio::time::{sleep, Instant};
 use crate::backend::{Backend, Counts};
 use crate::balance::SHARE_GRACE;
 use crate::names::members_key;
-use crate::test_support::{builder, start, RETRY, TTL};
+use crate::test_support::{builder, start, RENEW, RETRY, TTL};
 use crate::{Event, LostReason, MemoryBackend, Runtime};
 
 /// How many groups the balance tests share out (also `balance_liveness_tests`).
@@ -163,4 +163,69 @@ async fn a_crashed_member_stops_counting_after_one_missed_refresh() {
     // 3 each (4 moves), the groups go round to each other at most once in
     // the round or two it counts, then they even out to 5 and 5.
     assert!(moves <= 12, "{moves} hand-overs for the crashed member");
+}
+
+/// A leader that crashed: each of its groups goes at the expiry to the
+/// survivor that ranks first for it (`Balance::backup_delay`), so they
+/// spread over the survivors at once; the others ask a little later. "z"
+/// took every group and is gone (no membership entry, no renewals): when
+/// its leases run out, every group's first new leader is the one of a, b
+/// and c the group ranks highest. Here the leases end exactly on a point of
+/// the early grid, so every follower's early attempt comes at the expiry
+/// (as on Redis, where a crashed leader's lease ends a few ms past the
+/// point its followers ask on). Fails when the others' early attempt takes
+/// instead of peeking: the first to ask wins every group (all 30 went to
+/// one survivor, which would then hand 20 over).
+#[tokio::test(start_paused = true)]
+async fn a_crashed_leaders_groups_go_each_to_the_survivor_it_ranks_first() {
+    let mem = MemoryBackend::new();
+    let backend = Backend::Memory(mem.clone());
+    let names = (0..30).map(|i| format!("c{i}")).collect::<Vec<_>>();
+    for g in &names {
+        let keys = crate::names::GroupKeys::new("leader", g);
+        let won = backend
+            .acquire_many("z", TTL, &[(g, &keys, crate::backend::Ask::Take)])
+            .await;
+        assert!(matches!(won[..], [Ok(crate::backend::Acquire::Won { .. })]));
+    }
+    let fleet = [
+        balanced(&mem, "a"),
+        balanced(&mem, "b"),
+        balanced(&mem, "c"),
+    ];
+    // A follower ranks the members of the round it knows when it schedules
+    // its attempt at the expiry: let each see the others first.
+    sleep(RENEW).await;
+    for rt in &fleet {
+        for g in &names {
+            let _ = rt.run_if_leader(g, || async {}).await;
+        }
+    }
+    let mut first: std::collections::HashMap<&str, &str> = Default::default();
+    let end = Instant::now() + TTL * 2;
+    while Instant::now() < end && first.len() < names.len() {
+        for g in &names {
+            let leaders: Vec<&str> = fleet
+                .iter()
+                .filter(|rt| rt.is_leader(g))
+                .map(|rt| rt.config().instance_id())
+                .collect();
+            assert!(leaders.len() <= 1, "{g}: {leaders:?}");
+            if let [leader] = leaders[..] {
+                first.entry(g).or_insert(leader);
+            }
+        }
+        sleep(Duration::from_millis(5)).await;
+    }
+    let mut taken = std::collections::HashMap::new();
+    for g in &names {
+        let ranked_first = ["a", "b", "c"]
+            .into_iter()
+            .max_by_key(|m| (crate::balance::rank(g, m), *m))
+            .unwrap();
+        assert_eq!(first.get(g.as_str()), Some(&ranked_first), "{g}: {first:?}");
+        *taken.entry(ranked_first).or_insert(0) += 1;
+    }
+    // Spread over all three (10 each would be the share).
+    assert_eq!(taken.len(), 3, "{taken:?}");
 }

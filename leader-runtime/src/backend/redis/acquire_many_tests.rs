@@ -12,7 +12,7 @@ use std::time::Duration;
 use leader_testkit::{RedisCluster, RedisServer};
 use redis::AsyncCommands;
 
-use crate::backend::{slot, Acquire, Backend, Op};
+use crate::backend::{slot, Acquire, Ask, Backend, Op};
 use crate::names::GroupKeys;
 use crate::{Config, Runtime};
 
@@ -33,8 +33,17 @@ const HOLDERS: [(&str, &[u8]); 8] = [
 ];
 
 async fn answers(backend: &Backend, groups: &[&str]) -> Vec<Result<Acquire, String>> {
+    answers_to(backend, groups, Ask::Take).await
+}
+
+async fn answers_to(backend: &Backend, groups: &[&str], ask: Ask) -> Vec<Result<Acquire, String>> {
     let keys: Vec<GroupKeys> = groups.iter().map(|g| GroupKeys::new("leader", g)).collect();
-    let pairs: Vec<(&str, &GroupKeys)> = groups.iter().copied().zip(&keys).collect();
+    let pairs: Vec<(&str, &GroupKeys, Ask)> = groups
+        .iter()
+        .copied()
+        .zip(&keys)
+        .map(|(g, k)| (g, k, ask))
+        .collect();
     backend
         .acquire_many("me", TTL, &pairs)
         .await
@@ -63,6 +72,7 @@ fn shape(a: &Result<Acquire, String>) -> String {
         }
         Ok(Acquire::Won { .. }) => "won".to_owned(),
         Ok(Acquire::Paused) => "paused".to_owned(),
+        Ok(Acquire::Free) => "free".to_owned(),
         Err(_) => "error".to_owned(),
     }
 }
@@ -102,6 +112,27 @@ async fn every_group_answers_in_its_place_as_alone_on_both_paths() {
 
     let mut groups: Vec<&str> = HOLDERS.iter().map(|(g, _)| *g).collect();
     groups.extend(["forever", "junk", "free"]);
+    // Peeked at first: the same refusals in the same places, the free
+    // group (and the one with a junk record, whose lease is free too)
+    // answered free, nothing taken.
+    let peeked = answers_to(backend, &groups, Ask::Peek).await;
+    let n = HOLDERS.len();
+    for (i, (group, _)) in HOLDERS.iter().enumerate() {
+        assert!(
+            matches!(&peeked[i], Ok(Acquire::Held { .. })),
+            "{group}: {peeked:?}"
+        );
+    }
+    assert_eq!(
+        shape(&peeked[n]),
+        r#"held by "x", expires: false"#,
+        "{peeked:?}"
+    );
+    assert_eq!(
+        peeked[n + 1..],
+        [Ok(Acquire::Free), Ok(Acquire::Free)],
+        "{peeked:?}"
+    );
     let check = |got: &[Result<Acquire, String>], groups: &[&str]| {
         assert_eq!(got.len(), groups.len(), "{got:?}");
         for (i, (group, holder)) in HOLDERS.iter().enumerate() {
