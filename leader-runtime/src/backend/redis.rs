@@ -28,6 +28,8 @@ use crate::{Error, Result};
 
 #[cfg(test)]
 mod acquire_many_tests;
+#[cfg(test)]
+mod confirm_tests;
 #[cfg(feature = "cron")]
 mod cron;
 mod once;
@@ -547,6 +549,8 @@ impl RedisBackend {
             .flat_map(|(_, k)| [&*k.lease, &*k.record, &*k.paused])
             .collect();
         let script = &self.scripts.acquire_many;
+        // With `min_replicas`: every group is in doubt until the reply is read.
+        let doubt = (self.min_replicas > 0).then(|| self.in_doubt(groups.iter().map(|g| g.0)));
         let (reply, acks) = if self.min_replicas > 0 {
             match self.invoke_and_wait(script, &keys, id, ttl).await {
                 Ok((reply, acks)) => (Ok(reply), Some(acks)),
@@ -580,6 +584,9 @@ impl RedisBackend {
                     .collect()
             }
         };
+        if let Some(doubt) = doubt {
+            doubt.settled();
+        }
         groups
             .iter()
             .zip(replies)
@@ -588,10 +595,15 @@ impl RedisBackend {
                     // That group's own error.
                     FlatReply::Error(e) => Err(Error::backend(group, String::from_utf8_lossy(&e))),
                     FlatReply::Acquire(reply) => parse_acquire(group, reply),
-                }?;
-                match &acks {
-                    Some(acks) => self.confirm(group, acquired, acks, ttl),
-                    None => Ok(acquired),
+                };
+                match (&acks, acquired) {
+                    (Some(acks), Ok(acquired)) => self.confirm(group, acquired, acks, ttl),
+                    // No reply `confirm` can judge: as a call with none.
+                    (Some(_), Err(e)) => {
+                        self.unconfirmed(group);
+                        Err(e)
+                    }
+                    (None, acquired) => acquired,
                 }
             })
             .collect()
@@ -601,12 +613,32 @@ impl RedisBackend {
     /// connection so that the `WAIT` covers the acquire's writes.
     async fn acquire_confirmed(&self, op: &Op<'_>, ttl: Duration) -> Result<Acquire> {
         let keys = [&*op.keys.lease, &*op.keys.record, &*op.keys.paused];
+        let doubt = self.in_doubt([op.group]);
         let (reply, acks) = self
             .invoke_and_wait(&self.scripts.acquire, &keys, op.id, ttl)
             .await
             .map_err(|failed| failed.error(op.group, "acquire + WAIT"))?;
         let acquired = parse_acquire(op.group, reply)?;
+        doubt.settled();
         self.confirm(op.group, acquired, &acks, ttl)
+    }
+
+    /// The groups of an acquire + `WAIT` call, in doubt until its reply is
+    /// read (see [`InDoubt`]).
+    fn in_doubt<'a>(&'a self, groups: impl IntoIterator<Item = &'a str>) -> InDoubt<'a> {
+        InDoubt {
+            backend: self,
+            groups: groups.into_iter().collect(),
+        }
+    }
+
+    /// Mark `group` as won by a safe start no `WAIT` confirmed: its next win
+    /// waits one ttl (see [`Self::confirm`]).
+    fn unconfirmed(&self, group: &str) {
+        self.unconfirmed_waits
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(group.to_owned());
     }
 
     /// `script` (an acquire script) on `keys` with our `id` and `ttl`, then
@@ -651,10 +683,11 @@ impl RedisBackend {
 
     /// The `min_replicas` rule for one group's `acquired` reply, given the
     /// reply of the `WAIT` that followed it: a win counts only once enough
-    /// replicas acknowledged it. A win that had to wait (a safe start) but
-    /// was not confirmed may have written a record the replicas lack, so the
-    /// group's next win waits one ttl; a refusal clears that, a paused reply
-    /// does not.
+    /// replicas acknowledged it (a failed `WAIT` acknowledged none). A win
+    /// that had to wait (a safe start) but was not confirmed may have
+    /// written a record the replicas lack, so the group's next win waits one
+    /// ttl — as after a call with no reply to judge ([`InDoubt`]); a
+    /// refusal clears that, a paused reply does not.
     fn confirm(
         &self,
         group: &str,
@@ -675,23 +708,27 @@ impl RedisBackend {
                 if unconfirmed.contains(group) && wait < ttl {
                     (wait, why) = (ttl, SafeStart::Unvouched);
                 }
-                let acks = match acks.clone().extract_error() {
-                    Ok(Value::Int(n)) => n,
-                    Ok(other) => return Err(protocol_err(group, "WAIT", &other)),
-                    Err(e) => return Err(backend_err(group, &e)),
-                };
-                if acks < i64::from(self.min_replicas) {
-                    if why != SafeStart::No {
-                        unconfirmed.insert(group.to_owned());
-                    }
-                    return Err(Error::backend(
+                // A `WAIT` that failed (refused, e.g. by an ACL without
+                // `+wait`; an error or a reply that is no count) confirmed
+                // nothing: as too few acknowledgements.
+                let unconfirmed_by = match acks.clone().extract_error() {
+                    Ok(Value::Int(n)) if n >= i64::from(self.min_replicas) => None,
+                    Ok(Value::Int(n)) => Some(Error::backend(
                         group,
                         format!(
-                            "acquired the lease, but only {acks} of min_replicas {} replicas \
+                            "acquired the lease, but only {n} of min_replicas {} replicas \
                              acknowledged it within {:?}; not leading until enough do",
                             self.min_replicas, self.wait_timeout
                         ),
-                    ));
+                    )),
+                    Ok(other) => Some(protocol_err(group, "WAIT", &other)),
+                    Err(e) => Some(backend_err(group, &e)),
+                };
+                if let Some(e) = unconfirmed_by {
+                    if why != SafeStart::No {
+                        unconfirmed.insert(group.to_owned());
+                    }
+                    return Err(e);
                 }
                 unconfirmed.remove(group);
                 Ok(Acquire::Won { token, wait, why })
@@ -982,6 +1019,46 @@ fn backend_message(message: &str) -> Error {
     Error::Connection {
         message: message.to_owned(),
         source: None,
+    }
+}
+
+/// The groups of one acquire + `WAIT` call (`min_replicas`) until its
+/// reply has been read: dropped before [`InDoubt::settled`] — the call
+/// failed after it may have been sent (a connection error, a timeout, a
+/// cancelled call), the script failed midway, the reply does not parse — it
+/// marks every one of them as a safe start no `WAIT` confirmed (see
+/// `RedisBackend::confirm`). The script may have run and won any of them,
+/// with a safe start whose record the replicas may lack, and nothing tells
+/// which: safety first. The doubt costs one ttl of waiting at most, at a
+/// group's next win, and only if no attempt finds the group held before it
+/// (which clears the mark).
+struct InDoubt<'a> {
+    backend: &'a RedisBackend,
+    groups: Vec<&'a str>,
+}
+
+impl InDoubt<'_> {
+    /// The reply was read: `confirm` judges each group from it.
+    fn settled(mut self) {
+        self.groups.clear();
+    }
+}
+
+impl Drop for InDoubt<'_> {
+    fn drop(&mut self) {
+        if self.groups.is_empty() {
+            return;
+        }
+        tracing::debug!(
+            groups = self.groups.len(),
+            "acquire + WAIT without a reply: each group's next win waits one ttl"
+        );
+        let mut unconfirmed = self
+            .backend
+            .unconfirmed_waits
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        unconfirmed.extend(self.groups.iter().map(|g| (*g).to_owned()));
     }
 }
 
