@@ -5,7 +5,7 @@
 -- ARGV[1]  our instance id
 -- ARGV[2]  ttl in milliseconds
 -- returns  one flat array: for each triple, in order, acquire.lua's reply
---          spread out ({1, token, wait, why}: 4 entries, {0, holder, pttl}:
+--          spread out ({1, token, wait, why, last}: 5 entries, {0, holder, pttl}:
 --          3, {2, 'paused'}: 2, with the same meaning), or {-1, message}
 --          (2 entries): the error of that group alone (a malformed record,
 --          WRONGTYPE), so one bad key does not fail the others (an error

@@ -704,6 +704,7 @@ impl RedisBackend {
                 token,
                 mut wait,
                 mut why,
+                last,
             } => {
                 if unconfirmed.contains(group) && wait < ttl {
                     (wait, why) = (ttl, SafeStart::Unvouched);
@@ -731,7 +732,12 @@ impl RedisBackend {
                     return Err(e);
                 }
                 unconfirmed.remove(group);
-                Ok(Acquire::Won { token, wait, why })
+                Ok(Acquire::Won {
+                    token,
+                    wait,
+                    why,
+                    last,
+                })
             }
             held @ Acquire::Held { .. } => {
                 unconfirmed.remove(group);
@@ -1095,7 +1101,7 @@ enum FlatReply {
 }
 
 /// `acquire_many.lua`'s flat reply cut into `groups` replies: each starts
-/// with its kind, which tells its length (1 won: 4 entries, 0 held: 3,
+/// with its kind, which tells its length (1 won: 5 entries, 0 held: 3,
 /// 2 paused and -1 error: 2). Anything else, or entries left over or missing,
 /// is an error: the reply, or the part that does not parse (a protocol error
 /// for every group).
@@ -1107,7 +1113,7 @@ fn split_flat(groups: usize, reply: Value) -> std::result::Result<Vec<FlatReply>
     let mut items = items.into_iter();
     while let Some(kind) = items.next() {
         let len = match kind {
-            Value::Int(1) => 4,
+            Value::Int(1) => 5,
             Value::Int(0) => 3,
             Value::Int(2 | -1) => 2,
             other => return Err(other),
@@ -1141,7 +1147,7 @@ fn parse_acquire(group: &str, reply: Value) -> Result<Acquire> {
                 _ => Err(protocol_err(group, "acquire", &Value::Array(items))),
             };
         }
-        Value::Array(items) if items.len() == 3 || items.len() == 4 => items,
+        Value::Array(items) if items.len() == 3 || items.len() == 5 => items,
         other => return Err(protocol_err(group, "acquire", &other)),
     };
     match (&items[0], &items[1], &items[2]) {
@@ -1150,16 +1156,21 @@ fn parse_acquire(group: &str, reply: Value) -> Result<Acquire> {
                 Some(Value::BulkString(why)) => SafeStart::from_script(why),
                 _ => None,
             };
-            // The token travels as a decimal string: exact up to u64::MAX.
-            let token = std::str::from_utf8(token)
-                .ok()
-                .and_then(|t| t.parse::<u64>().ok())
-                .filter(|t| *t > 0);
-            match (token, u64::try_from(*wait), why) {
-                (Some(token), Ok(wait), Some(why)) => Ok(Acquire::Won {
+            // Tokens travel as decimal strings: exact up to u64::MAX.
+            let decimal = |t: &[u8]| std::str::from_utf8(t).ok()?.parse::<u64>().ok();
+            let token = decimal(token).filter(|t| *t > 0);
+            // The token before it; empty: there was no record.
+            let last = match items.get(4) {
+                Some(Value::BulkString(last)) if last.is_empty() => Some(None),
+                Some(Value::BulkString(last)) => decimal(last).map(Some),
+                _ => None,
+            };
+            match (token, u64::try_from(*wait), why, last) {
+                (Some(token), Ok(wait), Some(why), Some(last)) => Ok(Acquire::Won {
                     token,
                     wait: Duration::from_millis(wait),
                     why,
+                    last,
                 }),
                 _ => Err(protocol_err(group, "acquire", &Value::Array(items))),
             }
@@ -1254,6 +1265,7 @@ mod tests {
             b("17"),
             Value::Int(0),
             b(""),
+            b("16"),
             Value::Int(2),
             b("paused"),
             Value::Int(-1),
@@ -1264,8 +1276,8 @@ mod tests {
             parts,
             vec![
                 FlatReply::Acquire(Value::Array(flat[0..3].to_vec())),
-                FlatReply::Acquire(Value::Array(flat[3..7].to_vec())),
-                FlatReply::Acquire(Value::Array(flat[7..9].to_vec())),
+                FlatReply::Acquire(Value::Array(flat[3..8].to_vec())),
+                FlatReply::Acquire(Value::Array(flat[8..10].to_vec())),
                 FlatReply::Error(b"ERR lease record x holds no valid token".to_vec()),
             ]
         );
@@ -1278,7 +1290,7 @@ mod tests {
             matches!(parsed.next(), Some(Ok(Acquire::Held { holder, pttl: Some(p) })) if holder == "other" && p == Duration::from_millis(1500))
         );
         assert!(
-            matches!(parsed.next(), Some(Ok(Acquire::Won { token: 17, wait, why: SafeStart::No })) if wait.is_zero())
+            matches!(parsed.next(), Some(Ok(Acquire::Won { token: 17, wait, why: SafeStart::No, last: Some(16) })) if wait.is_zero())
         );
         assert!(matches!(parsed.next(), Some(Ok(Acquire::Paused))));
         // One group too many or too few, a part cut short, an unknown kind,
@@ -1386,29 +1398,37 @@ mod tests {
 
     #[test]
     fn acquire_replies() {
-        let won = |token: &str, wait: i64, why: &str| {
+        let won_after = |token: &str, wait: i64, why: &str, last: &str| {
             Value::Array(vec![
                 Value::Int(1),
                 Value::BulkString(token.into()),
                 Value::Int(wait),
                 Value::BulkString(why.into()),
+                Value::BulkString(last.into()),
             ])
         };
+        let won = |token: &str, wait: i64, why: &str| won_after(token, wait, why, "");
         assert_eq!(
             parse_acquire("g", won("42", 1000, "first")).unwrap(),
             Acquire::Won {
                 token: 42,
                 wait: Duration::from_secs(1),
                 why: SafeStart::First,
+                last: None,
             }
         );
         // Above 2^53 (where a double would round) and up to u64::MAX, exactly.
         assert_eq!(
-            parse_acquire("g", won("9007199254740993", 0, "")).unwrap(),
+            parse_acquire(
+                "g",
+                won_after("9007199254740993", 0, "", "9007199254740992")
+            )
+            .unwrap(),
             Acquire::Won {
                 token: 9_007_199_254_740_993,
                 wait: Duration::ZERO,
                 why: SafeStart::No,
+                last: Some(9_007_199_254_740_992),
             }
         );
         let held = Value::Array(vec![
@@ -1443,6 +1463,14 @@ mod tests {
             won("18446744073709551616", 0, ""),
             won("7", -1, ""),
             won("7", 0, "sometime"),
+            won_after("7", 0, "", "x"),
+            won_after("7", 0, "", "-6"),
+            Value::Array(vec![
+                Value::Int(1),
+                Value::BulkString(b"7".to_vec()),
+                Value::Int(0),
+                Value::BulkString(b"".to_vec()),
+            ]),
             Value::Array(vec![Value::Int(1), Value::Int(42), Value::Int(0)]),
             Value::Array(vec![Value::Int(7), Value::Int(1), Value::Int(0)]),
             Value::Array(vec![Value::Int(2), Value::BulkString(b"later".to_vec())]),
