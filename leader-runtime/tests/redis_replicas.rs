@@ -369,7 +369,7 @@ async fn unconfirmed_wins_in_a_batch_make_each_next_win_wait_one_ttl() {
     b.shutdown().await;
 }
 
-/// Instance `id` on `url` with `min_replicas(1)`, a 2 s ttl, and a call
+/// Instance `id` on `url` with `min_replicas(1)`, `ttl`, and a call
 /// timeout long enough for `WAIT` to answer.
 fn confirming(url: String, id: &str, ttl: Duration) -> Runtime {
     Runtime::new(
