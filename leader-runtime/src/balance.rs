@@ -56,10 +56,13 @@
 //! down, a fault), so a later round hands it over again, up to
 //! [`VAIN_HAND_OVERS`] times per layout.
 //!
+//! A take-back counts as in vain only if nobody held the group since the
+//! release: its acquire finds no earlier holder's time to wait out, and the
+//! token issued before its own is still the one released (so a holder that
+//! released cleanly is seen even when its release notice was lost).
+//!
 //! So a group is without a leader for at most that window per hand-over, an
-//! instance hands a group over in vain a bounded number of times per layout
-//! (with release notices down, a take-back after another instance held the
-//! group and released it cleanly counts as in vain too: still bounded), and
+//! instance hands a group over in vain a bounded number of times per layout, and
 //! the moves stop: the shares settle, or stay uneven where only a chain of
 //! moves through a third instance could even them out. (A follower at its
 //! share whose attempt was already in flight when a group was released may

@@ -315,9 +315,14 @@ impl ConfigBuilder {
     /// After each acquisition, wait (Redis `WAIT`, up to half of
     /// `call_timeout`) until at least `n` replicas of the group's master have
     /// the new lease, and lead only then (default 0: don't wait). When fewer
-    /// acknowledge in time, this round counts as a backend error: the lease
-    /// stays ours on the master, and the next round re-claims it and waits
-    /// again.
+    /// acknowledge in time, or the `WAIT` fails (an ACL user without
+    /// `+wait`), this round counts as a backend error: the lease stays ours
+    /// on the master, and the next round re-claims it and waits again. If
+    /// that acquisition was a safe start (the group's record missing, written
+    /// by another server process, or its lease key lost early), or the call
+    /// got no reply at all (a timeout, a dropped connection: it may have
+    /// been one), the record it wrote may be missing on the replicas, so the
+    /// group's next win waits one `ttl` before leading.
     ///
     /// What it does: a failover that promotes one of those replicas right
     /// after the acquisition keeps the lease, so another instance does not

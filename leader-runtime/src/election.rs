@@ -33,6 +33,16 @@ struct Won {
     record_known: bool,
 }
 
+/// Balanced: a take-back pending after a hand-over for the balance.
+#[derive(Clone, Copy)]
+struct TakeBack {
+    /// Keep the group once taken back (see `Balance::try_shed`).
+    keep: bool,
+    /// The token of the leadership handed over: still the record's last
+    /// token when the take-back wins if nobody held the group since.
+    released: u64,
+}
+
 /// Whether the election goes on after a leadership ended.
 enum Flow {
     Campaign,
@@ -84,15 +94,14 @@ struct Election {
     counted: bool,
     /// Balanced: after a hand-over for the balance, the first attempt after
     /// the take-back cooldown that gets an answer takes the group back if
-    /// nobody below its share took it; whether to keep it then (see
-    /// `Balance::try_shed`). Spent by a win, dropped when an attempt finds
-    /// the group held, when a release notice comes (another instance held
-    /// the group) or when the group leaves the race: a later win is no
-    /// take-back. Kept through a failed (or paused) attempt: one that timed
+    /// nobody below its share took it. Spent by a win, dropped when an
+    /// attempt finds the group held, when a release notice comes (another
+    /// instance held the group) or when the group leaves the race: a later
+    /// win is no take-back. Kept through a failed (or paused) attempt: one that timed
     /// out may have won on the server, and a win after it uncounted would
     /// let every round hand the group over again, each costing a take-back
     /// window, unbounded by `VAIN_HAND_OVERS`.
-    taking_back: Option<bool>,
+    taking_back: Option<TakeBack>,
     /// Balanced: taken back at this layout epoch; not handed over again
     /// while the fleet's layout (the members below their share and their
     /// campaign counts) stays the same.
@@ -231,7 +240,12 @@ impl Election {
             let mut backup = Duration::ZERO;
             let mut holder_seen = None;
             let next = match result {
-                Ok(Acquire::Won { token, wait, why }) => {
+                Ok(Acquire::Won {
+                    token,
+                    wait,
+                    why,
+                    last,
+                }) => {
                     self.recovered();
                     self.saw_paused(false);
                     self.group
@@ -239,8 +253,8 @@ impl Election {
                         .saw_holder(Some(&self.ctx.config.instance_id));
                     let ready_at = (!wait.is_zero()).then(|| received + wait);
                     let record_known = std::mem::replace(&mut self.record_known, true);
-                    if let Some(keep) = self.taking_back.take() {
-                        self.taken_back(keep, why);
+                    if let Some(back) = self.taking_back.take() {
+                        self.taken_back(back, why, last);
                     }
                     return Some(Won {
                         token,
@@ -332,21 +346,23 @@ impl Election {
         }
     }
 
-    /// Won back a group handed over for the balance; `keep`: keep it (see
-    /// `Balance::try_shed`). Counted in vain only if nobody held the lease
-    /// since our release (no earlier holder's time to wait out: one that
-    /// took it and lost its key would leave one; one that released it
-    /// cleanly sent a release notice, which dropped the take-back — unless
-    /// the notices were down); kept when `keep`, or
-    /// after [`VAIN_HAND_OVERS`] in vain at this layout — a member that
-    /// campaigns in every group but never takes one (wedged) costs each
-    /// group that many take-back windows, not one per round.
-    fn taken_back(&mut self, keep: bool, why: SafeStart) {
+    /// Won back a group handed over for the balance (`back`), with the
+    /// acquire's `why` and `last` (the token issued before ours). Counted
+    /// in vain only if nobody held the lease since our release: the token
+    /// before ours is still the one we released (any acquisition issues a
+    /// new one; a holder that released cleanly leaves it, also when its
+    /// release notice never reached us), and no earlier holder's time is
+    /// left to wait out (one that took it and lost its key would leave
+    /// one; so would a record that is gone or unvouched). Kept when
+    /// `back.keep`, or after [`VAIN_HAND_OVERS`] in vain at this layout — a
+    /// member that campaigns in every group but never takes one (wedged)
+    /// costs each group that many take-back windows, not one per round.
+    fn taken_back(&mut self, back: TakeBack, why: SafeStart, last: Option<u64>) {
         let Some(b) = &self.balance else {
             return;
         };
         let epoch = b.epoch();
-        if why != SafeStart::No {
+        if why != SafeStart::No || last != Some(back.released) {
             tracing::info!(
                 "took back the group handed over for the balance after another instance held it"
             );
@@ -359,7 +375,7 @@ impl Election {
         *n += 1;
         #[cfg(test)]
         self.group.vain_take_backs.fetch_add(1, Ordering::Relaxed);
-        if keep || *n >= VAIN_HAND_OVERS {
+        if back.keep || *n >= VAIN_HAND_OVERS {
             self.kept = Some(epoch);
         }
         tracing::info!(
@@ -688,7 +704,10 @@ impl Election {
         } else {
             cfg.ttl
         };
-        self.taking_back = drained.then_some(keep);
+        self.taking_back = drained.then_some(TakeBack {
+            keep,
+            released: token,
+        });
         self.cool_down(out_for);
         Flow::Campaign
     }

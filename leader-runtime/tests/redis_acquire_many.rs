@@ -52,7 +52,7 @@ fn split(reply: &[Reply]) -> Vec<&[Reply]> {
     let mut at = 0;
     while at < reply.len() {
         let len = match reply[at] {
-            Reply::Integer(1) => 4,
+            Reply::Integer(1) => 5,
             Reply::Integer(0) => 3,
             Reply::Integer(2 | -1) => 2,
             Reply::Integer(3) => 1,
@@ -71,10 +71,11 @@ fn held_by(part: &[Reply]) -> (&str, i64) {
     }
 }
 
-fn won(part: &[Reply]) -> (u128, i64, &str) {
+/// Token, wait, why, and the token before it ("": none).
+fn won(part: &[Reply]) -> (u128, i64, &str, &str) {
     match part {
-        [Reply::Integer(1), Reply::Bulk(token), Reply::Integer(wait), Reply::Bulk(why)] => {
-            (token.parse().unwrap(), *wait, why)
+        [Reply::Integer(1), Reply::Bulk(token), Reply::Integer(wait), Reply::Bulk(why), Reply::Bulk(last)] => {
+            (token.parse().unwrap(), *wait, why, last)
         }
         other => panic!("not won: {other:?}"),
     }
@@ -135,7 +136,7 @@ async fn one_call_answers_each_group_as_acquire_would_on_both_paths() {
     let cheap = acquire_many(&mut conn, "me", &groups).await;
     check(&cheap);
     let parts = split(&cheap);
-    assert_eq!(won(parts[1]), (won(parts[1]).0, 1500, "first"));
+    assert_eq!(won(parts[1]), (won(parts[1]).0, 1500, "first", ""));
     // Nothing written for the errors.
     assert!(cmd(&mut conn, &["GET", "leader:{junk}:lease"])
         .await
@@ -154,8 +155,9 @@ async fn one_call_answers_each_group_as_acquire_would_on_both_paths() {
     assert_eq!(parts.len(), 6, "{full:?}");
     check(&full[..full.len() - 2]);
     assert!(paused(parts[5]), "{full:?}");
-    // The tokens only grow.
+    // The tokens only grow, and each win says which one came before it.
     assert!(won(parts[1]).0 > won(split(&cheap)[1]).0);
+    assert_eq!(won(parts[1]).3, won(split(&cheap)[1]).0.to_string());
 }
 
 #[tokio::test]

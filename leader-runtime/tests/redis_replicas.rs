@@ -4,12 +4,13 @@
 use std::time::Duration;
 
 use leader_runtime::{Config, Event, Runtime};
-use leader_testkit::RedisServer;
+use leader_testkit::{RedisServer, RedisServerBuilder};
 use tokio::sync::broadcast::error::{RecvError, TryRecvError};
+use tokio::sync::broadcast::Receiver;
 use tokio::time::{timeout, Instant};
 
 mod support;
-use support::{command_calls, config, runtime, RENEW, TTL};
+use support::{command_calls, config, runtime, ACL_RULES, RENEW, TTL};
 
 fn instance(primary: &RedisServer, id: &str, min_replicas: u32) -> Runtime {
     runtime(
@@ -20,8 +21,13 @@ fn instance(primary: &RedisServer, id: &str, min_replicas: u32) -> Runtime {
 }
 
 async fn primary_with_replica() -> (RedisServer, RedisServer) {
+    replicated(RedisServer::builder()).await
+}
+
+/// The server `primary` builds, with one replica online.
+async fn replicated(primary: RedisServerBuilder) -> (RedisServer, RedisServer) {
     // Diskless sync without its default 5 s wait for more replicas.
-    let primary = RedisServer::builder()
+    let primary = primary
         .args(["--repl-diskless-sync-delay", "0"])
         .start()
         .await
@@ -360,5 +366,142 @@ async fn unconfirmed_wins_in_a_batch_make_each_next_win_wait_one_ttl() {
         groups.len(),
         primary.report()
     );
+    b.shutdown().await;
+}
+
+/// Instance `id` on `url` with `min_replicas(1)`, `ttl`, and a call
+/// timeout long enough for `WAIT` to answer.
+fn confirming(url: String, id: &str, ttl: Duration) -> Runtime {
+    Runtime::new(
+        Config::builder()
+            .redis_url(url)
+            .ttl(ttl)
+            .renew_interval(RENEW)
+            .retry_interval(Duration::from_millis(200))
+            .call_timeout(Duration::from_millis(800))
+            .instance_id(id)
+            .min_replicas(1)
+            .build()
+            .unwrap(),
+    )
+    .unwrap()
+}
+
+/// Sets or deletes the pause keys of `groups` on `server` (the keys alone:
+/// the attempts answer "paused" without a notice).
+async fn set_paused(server: &RedisServer, groups: &[String], paused: bool) {
+    for g in groups {
+        let key = format!("leader:{{{g}}}:paused");
+        if paused {
+            server.cmd(&["HSET", &key, "by", "test"]).await.unwrap();
+        } else {
+            server.cmd(&["DEL", &key]).await.unwrap();
+        }
+    }
+}
+
+/// Waits until no lease of `groups` is left on `server`.
+async fn leases_expired(server: &RedisServer, groups: &[String], within: Duration) {
+    timeout(within, async {
+        for g in groups {
+            let key = format!("leader:{{{g}}}:lease");
+            while !server.cmd(&["GET", &key]).await.unwrap().is_nil() {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("the leases did not expire\n{}", server.report()));
+}
+
+/// Resumes `groups` on `server` and returns how long after that `events`
+/// reported each one elected.
+async fn elected_after_resume(
+    server: &RedisServer,
+    groups: &[String],
+    events: &mut Receiver<Event>,
+    within: Duration,
+) -> std::collections::HashMap<String, Duration> {
+    // (Lagged: older events dropped; keep draining.)
+    while !matches!(
+        events.try_recv(),
+        Err(TryRecvError::Empty | TryRecvError::Closed)
+    ) {}
+    set_paused(server, groups, false).await;
+    let resumed = Instant::now();
+    let mut elected = std::collections::HashMap::new();
+    timeout(within, async {
+        while elected.len() < groups.len() {
+            match events.recv().await {
+                Ok(Event::Elected { group, .. }) => {
+                    elected.entry(group).or_insert_with(|| resumed.elapsed());
+                }
+                Err(RecvError::Closed) => panic!("the runtime stopped"),
+                _ => {}
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("not every group led again\n{}", server.report()));
+    elected
+}
+
+/// A `WAIT` that fails (here: the ACL user may not run it) confirms
+/// nothing, like one that too few replicas acknowledged: the safe start it
+/// followed (the group's first election) may have written a record the
+/// replicas lack, so the group's next win waits one ttl. Fails on the old
+/// code: the error returned before the group was marked, and the next win,
+/// once the lease had expired, began at once.
+#[tokio::test]
+async fn a_failed_wait_makes_the_next_win_wait_one_ttl() {
+    let (primary, _replica) = replicated(
+        RedisServer::builder().acl_user("app", "app-pw", ACL_RULES), // no +wait
+    )
+    .await;
+    let ttl = Duration::from_secs(2);
+    let group = vec!["w".to_owned()];
+    let url = format!("redis://app:app-pw@127.0.0.1:{}", primary.port());
+    let b = confirming(url, "b", ttl);
+    let mut events = b.subscribe();
+    assert!(b.run_if_leader("w", || async {}).await.is_none());
+    // The acquisitions ran (the first one a safe start: no record yet),
+    // each `WAIT` after them was refused.
+    let refused = |b: &Runtime| {
+        b.status().iter().any(|s| {
+            s.group == "w"
+                && s.last_error
+                    .as_deref()
+                    .is_some_and(|e| e.contains("permissions to run the 'wait'"))
+        })
+    };
+    timeout(ttl * 2, async {
+        while !refused(&b) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("no refused WAIT reported: {:?}", b.status()));
+    assert_eq!(
+        primary.cmd(&["GET", "leader:{w}:lease"]).await.unwrap(),
+        "b"
+    );
+    assert!(!b.is_leader("w"));
+    // Paused: the next attempts write nothing, and b's last lease expires.
+    // `WAIT` is allowed from now on.
+    set_paused(&primary, &group, true).await;
+    timeout(ttl * 2, async {
+        while !matches!(events.recv().await.unwrap(), Event::Paused { .. }) {}
+    })
+    .await
+    .expect("b sees the pause");
+    primary
+        .cmd(&["ACL", "SETUSER", "app", "+wait"])
+        .await
+        .unwrap();
+    leases_expired(&primary, &group, ttl * 2).await;
+    // Without the rule: no wait, the lease expired.
+    let elected = elected_after_resume(&primary, &group, &mut events, ttl * 4).await;
+    let took = elected["w"];
+    assert!(took >= ttl, "led {took:?} after the resume: no safe start");
     b.shutdown().await;
 }

@@ -4,11 +4,16 @@
 -- KEYS[3]  pause key   (see record.lua)
 -- ARGV[1]  our instance id
 -- ARGV[2]  ttl in milliseconds
--- returns  {1, token, wait, why}  we hold the lease now. token: a decimal
+-- returns  {1, token, wait, why, last}
+--                                 we hold the lease now. token: a decimal
 --                                 string (exact), greater than every earlier
---                                 one. Our view may begin only `wait` ms
---                                 after this reply arrived, because an
---                                 earlier holder may still believe it leads:
+--                                 one; last: the token issued before it (''
+--                                 when there was no record), so an instance
+--                                 that released the lease can tell whether
+--                                 anyone held it since. Our view may begin
+--                                 only `wait` ms after this reply arrived,
+--                                 because an earlier holder may still
+--                                 believe it leads:
 --            why = 'first'      no record (first election, or Redis lost its
 --                               data): wait = ttl
 --                  'unvouched'  the record was written by another Redis

@@ -9,9 +9,9 @@
 --          holds it, {2, 'paused'} when paused, else {3} (free, or ours:
 --          nothing taken); a peek never writes
 -- returns  one flat array: for each triple, in order, acquire.lua's reply
---          spread out ({1, token, wait, why}: 4 entries, {0, holder, pttl}:
---          3, {2, 'paused'}: 2, with the same meaning; a peek's {3}: 1), or
---          {-1, message}
+--          spread out ({1, token, wait, why, last}: 5 entries, {0, holder,
+--          pttl}: 3, {2, 'paused'}: 2, with the same meaning; a peek's {3}:
+--          1), or {-1, message}
 --          (2 entries): the error of that group alone (a malformed record,
 --          WRONGTYPE), so one bad key does not fail the others (an error
 --          reply nested in the array would fail the whole call client-side).

@@ -63,6 +63,11 @@ struct Inner {
     /// Tests: run-once steps apply, but their replies are lost.
     #[cfg(test)]
     lose_once_replies: AtomicBool,
+    /// Tests: the notice connections are down (see
+    /// [`MemoryBackend::set_notices_up`]), and each runtime's flag that says
+    /// whether its own is up.
+    #[cfg(test)]
+    notices_down: Arc<NoticesDown>,
     /// Acquire calls served (a batch counts once), as a server would count
     /// script calls.
     acquire_calls: AtomicU64,
@@ -149,6 +154,8 @@ impl MemoryBackend {
                 available: AtomicBool::new(true),
                 #[cfg(test)]
                 lose_once_replies: AtomicBool::new(false),
+                #[cfg(test)]
+                notices_down: Arc::default(),
                 notices,
                 acquire_calls: AtomicU64::new(0),
                 members: Mutex::default(),
@@ -518,7 +525,12 @@ impl MemoryBackend {
             .data
             .leases
             .insert(op.keys.lease.clone(), (op.id.to_owned(), now + ttl));
-        Ok(Acquire::Won { token, wait, why })
+        Ok(Acquire::Won {
+            token,
+            wait,
+            why,
+            last: record.map(|r| r.token),
+        })
     }
 
     pub(super) fn renew(&self, op: &Op<'_>, ttl: Duration) -> Result<Renew> {
@@ -602,6 +614,15 @@ impl MemoryBackend {
     ) {
         let mut rx = self.inner.notices.subscribe();
         up.store(true, Ordering::SeqCst);
+        #[cfg(test)]
+        let notices_down = {
+            let down = self.inner.notices_down.clone();
+            let mut flags = down.flags.lock().unwrap_or_else(PoisonError::into_inner);
+            flags.push(up.clone());
+            up.store(!down.down.load(Ordering::SeqCst), Ordering::SeqCst);
+            drop(flags);
+            down
+        };
         tokio::spawn(async move {
             loop {
                 let received = tokio::select! {
@@ -609,6 +630,9 @@ impl MemoryBackend {
                     r = rx.recv() => r,
                 };
                 match received {
+                    // Tests: lost while the connection is down.
+                    #[cfg(test)]
+                    Ok(_) if notices_down.down.load(Ordering::SeqCst) => {}
                     Ok((ch, payload)) => {
                         if let Some(notice) = channel.parse(&ch, &payload) {
                             sink(notice);
@@ -619,6 +643,36 @@ impl MemoryBackend {
                 }
             }
         });
+    }
+}
+
+/// Tests: the simulated notice connections (see
+/// [`MemoryBackend::set_notices_up`]).
+#[cfg(test)]
+#[derive(Debug, Default)]
+struct NoticesDown {
+    down: AtomicBool,
+    /// Each runtime's "notice connection up" flag.
+    flags: Mutex<Vec<Arc<AtomicBool>>>,
+}
+
+#[cfg(test)]
+impl MemoryBackend {
+    /// Tests: take every runtime's notice connection down (`false`) or
+    /// back up. While down, release notices and control requests are lost
+    /// (not delivered later) and each runtime's flag says its connection is
+    /// down, as with Redis; coming back up sends no reconnect notice.
+    pub(crate) fn set_notices_up(&self, up: bool) {
+        let notices = &self.inner.notices_down;
+        notices.down.store(!up, Ordering::SeqCst);
+        for flag in notices
+            .flags
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+        {
+            flag.store(up, Ordering::SeqCst);
+        }
     }
 }
 

@@ -35,11 +35,13 @@ use crate::{Error, Result};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Acquire {
     /// We hold the lease now, with a new fencing token; our view may begin
-    /// only `wait` after the reply arrived, for the reason `why`.
+    /// only `wait` after the reply arrived, for the reason `why`. `last`:
+    /// the token issued before it (`None`: there was no record).
     Won {
         token: u64,
         wait: Duration,
         why: SafeStart,
+        last: Option<u64>,
     },
     /// Another instance holds it; `pttl` is its remaining life if it expires.
     Held {

@@ -212,7 +212,7 @@ local function grant(lease, record, id, ttl, ttl_arg, clock, holder)
   redis.call('HSET', record, 'token', token, 'until', string.format('%d', math.max(prior, now + ttl)),
     'prior', string.format('%d', prior), 'run', run)
   redis.call('SET', lease, id, 'PX', ttl_arg)
-  return {1, token, wait, why}
+  return {1, token, wait, why, rec and rec.token or ''}
 end
 
 -- Acquire the lease at lease (record at record, pause key pause) for id for

@@ -28,6 +28,8 @@ use crate::{Error, Result};
 
 #[cfg(test)]
 mod acquire_many_tests;
+#[cfg(test)]
+mod confirm_tests;
 #[cfg(feature = "cron")]
 mod cron;
 mod once;
@@ -554,6 +556,8 @@ impl RedisBackend {
                 .collect()
         });
         let script = &self.scripts.acquire_many;
+        // With `min_replicas`: every group is in doubt until the reply is read.
+        let doubt = (self.min_replicas > 0).then(|| self.in_doubt(groups.iter().map(|g| g.0)));
         let (reply, acks) = if self.min_replicas > 0 {
             match self
                 .invoke_and_wait(script, &keys, id, ttl, peeks.as_deref())
@@ -593,6 +597,9 @@ impl RedisBackend {
                     .collect()
             }
         };
+        if let Some(doubt) = doubt {
+            doubt.settled();
+        }
         groups
             .iter()
             .zip(replies)
@@ -601,10 +608,15 @@ impl RedisBackend {
                     // That group's own error.
                     FlatReply::Error(e) => Err(Error::backend(group, String::from_utf8_lossy(&e))),
                     FlatReply::Acquire(reply) => parse_acquire(group, reply),
-                }?;
-                match &acks {
-                    Some(acks) => self.confirm(group, acquired, acks, ttl),
-                    None => Ok(acquired),
+                };
+                match (&acks, acquired) {
+                    (Some(acks), Ok(acquired)) => self.confirm(group, acquired, acks, ttl),
+                    // No reply `confirm` can judge: as a call with none.
+                    (Some(_), Err(e)) => {
+                        self.unconfirmed(group);
+                        Err(e)
+                    }
+                    (None, acquired) => acquired,
                 }
             })
             .collect()
@@ -614,12 +626,32 @@ impl RedisBackend {
     /// connection so that the `WAIT` covers the acquire's writes.
     async fn acquire_confirmed(&self, op: &Op<'_>, ttl: Duration) -> Result<Acquire> {
         let keys = [&*op.keys.lease, &*op.keys.record, &*op.keys.paused];
+        let doubt = self.in_doubt([op.group]);
         let (reply, acks) = self
             .invoke_and_wait(&self.scripts.acquire, &keys, op.id, ttl, None)
             .await
             .map_err(|failed| failed.error(op.group, "acquire + WAIT"))?;
         let acquired = parse_acquire(op.group, reply)?;
+        doubt.settled();
         self.confirm(op.group, acquired, &acks, ttl)
+    }
+
+    /// The groups of an acquire + `WAIT` call, in doubt until its reply is
+    /// read (see [`InDoubt`]).
+    fn in_doubt<'a>(&'a self, groups: impl IntoIterator<Item = &'a str>) -> InDoubt<'a> {
+        InDoubt {
+            backend: self,
+            groups: groups.into_iter().collect(),
+        }
+    }
+
+    /// Mark `group` as won by a safe start no `WAIT` confirmed: its next win
+    /// waits one ttl (see [`Self::confirm`]).
+    fn unconfirmed(&self, group: &str) {
+        self.unconfirmed_waits
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(group.to_owned());
     }
 
     /// `script` (an acquire script) on `keys` with our `id`, `ttl` and
@@ -667,10 +699,11 @@ impl RedisBackend {
 
     /// The `min_replicas` rule for one group's `acquired` reply, given the
     /// reply of the `WAIT` that followed it: a win counts only once enough
-    /// replicas acknowledged it. A win that had to wait (a safe start) but
-    /// was not confirmed may have written a record the replicas lack, so the
-    /// group's next win waits one ttl; a refusal clears that, a paused reply
-    /// does not.
+    /// replicas acknowledged it (a failed `WAIT` acknowledged none). A win
+    /// that had to wait (a safe start) but was not confirmed may have
+    /// written a record the replicas lack, so the group's next win waits one
+    /// ttl — as after a call with no reply to judge ([`InDoubt`]); a
+    /// refusal clears that, a paused reply does not.
     fn confirm(
         &self,
         group: &str,
@@ -687,30 +720,40 @@ impl RedisBackend {
                 token,
                 mut wait,
                 mut why,
+                last,
             } => {
                 if unconfirmed.contains(group) && wait < ttl {
                     (wait, why) = (ttl, SafeStart::Unvouched);
                 }
-                let acks = match acks.clone().extract_error() {
-                    Ok(Value::Int(n)) => n,
-                    Ok(other) => return Err(protocol_err(group, "WAIT", &other)),
-                    Err(e) => return Err(backend_err(group, &e)),
-                };
-                if acks < i64::from(self.min_replicas) {
-                    if why != SafeStart::No {
-                        unconfirmed.insert(group.to_owned());
-                    }
-                    return Err(Error::backend(
+                // A `WAIT` that failed (refused, e.g. by an ACL without
+                // `+wait`; an error or a reply that is no count) confirmed
+                // nothing: as too few acknowledgements.
+                let unconfirmed_by = match acks.clone().extract_error() {
+                    Ok(Value::Int(n)) if n >= i64::from(self.min_replicas) => None,
+                    Ok(Value::Int(n)) => Some(Error::backend(
                         group,
                         format!(
-                            "acquired the lease, but only {acks} of min_replicas {} replicas \
+                            "acquired the lease, but only {n} of min_replicas {} replicas \
                              acknowledged it within {:?}; not leading until enough do",
                             self.min_replicas, self.wait_timeout
                         ),
-                    ));
+                    )),
+                    Ok(other) => Some(protocol_err(group, "WAIT", &other)),
+                    Err(e) => Some(backend_err(group, &e)),
+                };
+                if let Some(e) = unconfirmed_by {
+                    if why != SafeStart::No {
+                        unconfirmed.insert(group.to_owned());
+                    }
+                    return Err(e);
                 }
                 unconfirmed.remove(group);
-                Ok(Acquire::Won { token, wait, why })
+                Ok(Acquire::Won {
+                    token,
+                    wait,
+                    why,
+                    last,
+                })
             }
             held @ Acquire::Held { .. } => {
                 unconfirmed.remove(group);
@@ -1003,6 +1046,46 @@ fn backend_message(message: &str) -> Error {
     }
 }
 
+/// The groups of one acquire + `WAIT` call (`min_replicas`) until its
+/// reply has been read: dropped before [`InDoubt::settled`] — the call
+/// failed after it may have been sent (a connection error, a timeout, a
+/// cancelled call), the script failed midway, the reply does not parse — it
+/// marks every one of them as a safe start no `WAIT` confirmed (see
+/// `RedisBackend::confirm`). The script may have run and won any of them,
+/// with a safe start whose record the replicas may lack, and nothing tells
+/// which: safety first. The doubt costs one ttl of waiting at most, at a
+/// group's next win, and only if no attempt finds the group held before it
+/// (which clears the mark).
+struct InDoubt<'a> {
+    backend: &'a RedisBackend,
+    groups: Vec<&'a str>,
+}
+
+impl InDoubt<'_> {
+    /// The reply was read: `confirm` judges each group from it.
+    fn settled(mut self) {
+        self.groups.clear();
+    }
+}
+
+impl Drop for InDoubt<'_> {
+    fn drop(&mut self) {
+        if self.groups.is_empty() {
+            return;
+        }
+        tracing::debug!(
+            groups = self.groups.len(),
+            "acquire + WAIT without a reply: each group's next win waits one ttl"
+        );
+        let mut unconfirmed = self
+            .backend
+            .unconfirmed_waits
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        unconfirmed.extend(self.groups.iter().map(|g| (*g).to_owned()));
+    }
+}
+
 /// Why a script + `WAIT` pipeline gave no script reply.
 enum WaitFailed {
     Redis(redis::RedisError),
@@ -1036,7 +1119,7 @@ enum FlatReply {
 }
 
 /// `acquire_many.lua`'s flat reply cut into `groups` replies: each starts
-/// with its kind, which tells its length (1 won: 4 entries, 0 held: 3,
+/// with its kind, which tells its length (1 won: 5 entries, 0 held: 3,
 /// 2 paused and -1 error: 2, 3 free (a peek): 1). Anything else, or entries left over or missing,
 /// is an error: the reply, or the part that does not parse (a protocol error
 /// for every group).
@@ -1048,7 +1131,7 @@ fn split_flat(groups: usize, reply: Value) -> std::result::Result<Vec<FlatReply>
     let mut items = items.into_iter();
     while let Some(kind) = items.next() {
         let len = match kind {
-            Value::Int(1) => 4,
+            Value::Int(1) => 5,
             Value::Int(0) => 3,
             Value::Int(2 | -1) => 2,
             Value::Int(3) => 1,
@@ -1085,7 +1168,7 @@ fn parse_acquire(group: &str, reply: Value) -> Result<Acquire> {
                 _ => Err(protocol_err(group, "acquire", &Value::Array(items))),
             };
         }
-        Value::Array(items) if items.len() == 3 || items.len() == 4 => items,
+        Value::Array(items) if items.len() == 3 || items.len() == 5 => items,
         other => return Err(protocol_err(group, "acquire", &other)),
     };
     match (&items[0], &items[1], &items[2]) {
@@ -1094,16 +1177,21 @@ fn parse_acquire(group: &str, reply: Value) -> Result<Acquire> {
                 Some(Value::BulkString(why)) => SafeStart::from_script(why),
                 _ => None,
             };
-            // The token travels as a decimal string: exact up to u64::MAX.
-            let token = std::str::from_utf8(token)
-                .ok()
-                .and_then(|t| t.parse::<u64>().ok())
-                .filter(|t| *t > 0);
-            match (token, u64::try_from(*wait), why) {
-                (Some(token), Ok(wait), Some(why)) => Ok(Acquire::Won {
+            // Tokens travel as decimal strings: exact up to u64::MAX.
+            let decimal = |t: &[u8]| std::str::from_utf8(t).ok()?.parse::<u64>().ok();
+            let token = decimal(token).filter(|t| *t > 0);
+            // The token before it; empty: there was no record.
+            let last = match items.get(4) {
+                Some(Value::BulkString(last)) if last.is_empty() => Some(None),
+                Some(Value::BulkString(last)) => decimal(last).map(Some),
+                _ => None,
+            };
+            match (token, u64::try_from(*wait), why, last) {
+                (Some(token), Ok(wait), Some(why), Some(last)) => Ok(Acquire::Won {
                     token,
                     wait: Duration::from_millis(wait),
                     why,
+                    last,
                 }),
                 _ => Err(protocol_err(group, "acquire", &Value::Array(items))),
             }
@@ -1198,6 +1286,7 @@ mod tests {
             b("17"),
             Value::Int(0),
             b(""),
+            b("16"),
             Value::Int(2),
             b("paused"),
             Value::Int(-1),
@@ -1209,8 +1298,8 @@ mod tests {
             parts,
             vec![
                 FlatReply::Acquire(Value::Array(flat[0..3].to_vec())),
-                FlatReply::Acquire(Value::Array(flat[3..7].to_vec())),
-                FlatReply::Acquire(Value::Array(flat[7..9].to_vec())),
+                FlatReply::Acquire(Value::Array(flat[3..8].to_vec())),
+                FlatReply::Acquire(Value::Array(flat[8..10].to_vec())),
                 FlatReply::Error(b"ERR lease record x holds no valid token".to_vec()),
                 FlatReply::Acquire(Value::Array(vec![Value::Int(3)])),
             ]
@@ -1224,7 +1313,7 @@ mod tests {
             matches!(parsed.next(), Some(Ok(Acquire::Held { holder, pttl: Some(p) })) if holder == "other" && p == Duration::from_millis(1500))
         );
         assert!(
-            matches!(parsed.next(), Some(Ok(Acquire::Won { token: 17, wait, why: SafeStart::No })) if wait.is_zero())
+            matches!(parsed.next(), Some(Ok(Acquire::Won { token: 17, wait, why: SafeStart::No, last: Some(16) })) if wait.is_zero())
         );
         assert!(matches!(parsed.next(), Some(Ok(Acquire::Paused))));
         assert!(matches!(parsed.next(), Some(Err(_))));
@@ -1336,29 +1425,37 @@ mod tests {
 
     #[test]
     fn acquire_replies() {
-        let won = |token: &str, wait: i64, why: &str| {
+        let won_after = |token: &str, wait: i64, why: &str, last: &str| {
             Value::Array(vec![
                 Value::Int(1),
                 Value::BulkString(token.into()),
                 Value::Int(wait),
                 Value::BulkString(why.into()),
+                Value::BulkString(last.into()),
             ])
         };
+        let won = |token: &str, wait: i64, why: &str| won_after(token, wait, why, "");
         assert_eq!(
             parse_acquire("g", won("42", 1000, "first")).unwrap(),
             Acquire::Won {
                 token: 42,
                 wait: Duration::from_secs(1),
                 why: SafeStart::First,
+                last: None,
             }
         );
         // Above 2^53 (where a double would round) and up to u64::MAX, exactly.
         assert_eq!(
-            parse_acquire("g", won("9007199254740993", 0, "")).unwrap(),
+            parse_acquire(
+                "g",
+                won_after("9007199254740993", 0, "", "9007199254740992")
+            )
+            .unwrap(),
             Acquire::Won {
                 token: 9_007_199_254_740_993,
                 wait: Duration::ZERO,
                 why: SafeStart::No,
+                last: Some(9_007_199_254_740_992),
             }
         );
         let held = Value::Array(vec![
@@ -1393,6 +1490,14 @@ mod tests {
             won("18446744073709551616", 0, ""),
             won("7", -1, ""),
             won("7", 0, "sometime"),
+            won_after("7", 0, "", "x"),
+            won_after("7", 0, "", "-6"),
+            Value::Array(vec![
+                Value::Int(1),
+                Value::BulkString(b"7".to_vec()),
+                Value::Int(0),
+                Value::BulkString(b"".to_vec()),
+            ]),
             Value::Array(vec![Value::Int(1), Value::Int(42), Value::Int(0)]),
             Value::Array(vec![Value::Int(7), Value::Int(1), Value::Int(0)]),
             Value::Array(vec![Value::Int(2), Value::BulkString(b"later".to_vec())]),

@@ -145,6 +145,38 @@ async fn a_take_back_after_a_clean_release_elsewhere_is_not_in_vain() {
     drop(b);
 }
 
+/// As above with the notice connections down when `b` releases: `a` gets
+/// no release notice, and learns from its take-back's acquire that the
+/// token before its own is no longer the one it released. Fails on the old
+/// code: with no notice and no earlier holder's time to wait out, the
+/// take-back counted in vain.
+#[tokio::test(start_paused = true)]
+async fn a_take_back_after_a_clean_release_elsewhere_is_not_in_vain_without_notices() {
+    let mem = MemoryBackend::new();
+    let (a, b) = (balanced(&mem, "a"), balanced(&mem, "b"));
+    let two = &names()[..2];
+    join(&a, two).await;
+    sleep(TTL).await;
+    assert!(leads(&a, "g0") && leads(&a, "g1"));
+    let mut handed = a.subscribe();
+    join(&b, two).await;
+    // Shares 1 and 1: a hands one over, b takes it and steps down at once,
+    // with the notices down.
+    let group = next_hand_over(&mut handed).await;
+    let handed_at = Instant::now();
+    until_leads(&b, &group).await;
+    mem.set_notices_up(false);
+    assert!(!a.ctx().notices_up.load(std::sync::atomic::Ordering::SeqCst));
+    b.step_down(&group).await.unwrap();
+    until_leads(&a, &group).await;
+    // The take-back itself (after its window), not an attempt the notice
+    // woke.
+    let window = take_back_after(a.config().call_timeout());
+    assert!(Instant::now() >= handed_at + window, "taken back early");
+    assert_eq!(in_vain(&a, &group), 0, "counted in vain");
+    drop(b);
+}
+
 /// A take-back is the first answered attempt after the hand-over: a win much later
 /// (here: the group went out of the race during the take-back cooldown,
 /// and came back after 5 ttl) is an ordinary one, not counted in vain nor

@@ -1,0 +1,173 @@
+//! `min_replicas` on a real primary with one real replica: an acquisition
+//! that no `WAIT` confirmed — because the `WAIT` failed, or because the
+//! call gave no reply at all — makes the group's next win wait one ttl,
+//! for a lone acquire and a batched one alike.
+
+use std::time::Duration;
+
+use leader_testkit::{FaultProxy, RedisServer, RedisServerBuilder};
+use tokio::time::Instant;
+
+use crate::backend::{Acquire, Ask, Backend, Op, SafeStart};
+use crate::names::GroupKeys;
+use crate::{Config, Runtime};
+
+const TTL: Duration = Duration::from_secs(5);
+/// Long enough for `WAIT` (given half of it) to hear the replica on a busy
+/// host.
+const CALL_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The rules the docs of `ConfigBuilder::redis_url` list, without the
+/// `+wait` that `min_replicas` needs.
+const RULES: &str = "~leader:* &leader:released &leader:control +evalsha +eval \
+    +script|load +get +set +pexpire +pttl +del +time +info +type +exists +hmget +hset \
+    +publish +subscribe +ping";
+
+/// The server `primary` builds, with one replica online.
+async fn replicated(primary: RedisServerBuilder) -> (RedisServer, RedisServer) {
+    let primary = primary
+        .args(["--repl-diskless-sync-delay", "0"])
+        .start()
+        .await
+        .unwrap();
+    let replica = RedisServer::builder()
+        .args(["--replicaof", "127.0.0.1", &primary.port().to_string()])
+        .start()
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let info = primary.cmd(&["INFO", "replication"]).await.unwrap();
+        let info = info.as_str().unwrap_or_default().to_owned();
+        if info.contains("connected_slaves:1") && info.contains("state=online") {
+            return (primary, replica);
+        }
+        primary.check(
+            Instant::now() < deadline,
+            format!("replica not online:\n{info}"),
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A runtime of instance "me" on `url` with `min_replicas(1)`, and
+/// [`CALL_TIMEOUT`].
+fn runtime(url: String) -> Runtime {
+    Runtime::new(
+        Config::builder()
+            .redis_url(url)
+            .instance_id("me")
+            .call_timeout(CALL_TIMEOUT)
+            .min_replicas(1)
+            .build()
+            .unwrap(),
+    )
+    .unwrap()
+}
+
+/// One call for `groups`: a lone acquire for one, else `acquire_many`.
+async fn attempt(backend: &Backend, groups: &[&str]) -> Vec<Result<Acquire, String>> {
+    let keys: Vec<GroupKeys> = groups.iter().map(|g| GroupKeys::new("leader", g)).collect();
+    if let [group] = groups {
+        let op = Op {
+            group,
+            keys: &keys[0],
+            id: "me",
+        };
+        return vec![backend.acquire(&op, TTL).await.map_err(|e| e.to_string())];
+    }
+    let pairs: Vec<(&str, &GroupKeys, Ask)> = groups
+        .iter()
+        .copied()
+        .zip(&keys)
+        .map(|(g, k)| (g, k, Ask::Take))
+        .collect();
+    backend
+        .acquire_many("me", TTL, &pairs)
+        .await
+        .into_iter()
+        .map(|a| a.map_err(|e| e.to_string()))
+        .collect()
+}
+
+/// `me` re-claims each of `calls`' groups (its lease is still there), now
+/// with the replica acknowledging: each win waits one full ttl, for the
+/// unconfirmed acquisition before it (a re-claim alone would wait for
+/// less: the time its own first acquisition left, as `Early`).
+async fn next_wins_wait_one_ttl(server: &RedisServer, backend: &Backend, calls: &[&[&str]]) {
+    for groups in calls {
+        for (group, got) in groups.iter().zip(attempt(backend, groups).await) {
+            match got {
+                Ok(Acquire::Won { wait, why, .. }) => assert!(
+                    wait == TTL && why == SafeStart::Unvouched,
+                    "{group}: the next win waits {wait:?} ({why:?}), not one ttl\n{}",
+                    server.report()
+                ),
+                other => panic!("{group}: {other:?}\n{}", server.report()),
+            }
+        }
+    }
+}
+
+/// A `WAIT` refused (the ACL user lacks `+wait`) confirms nothing: the
+/// acquisitions before it (each group's first: a safe start) are marked as
+/// if too few replicas had acknowledged them. Fails on the old code: the
+/// error returned before the group was marked, and the next win was an
+/// `Early` re-claim.
+#[tokio::test]
+async fn a_refused_wait_marks_the_safe_starts_it_followed() {
+    let (server, _replica) =
+        replicated(RedisServer::builder().acl_user("app", "app-pw", RULES)).await;
+    let rt = runtime(format!("redis://app:app-pw@127.0.0.1:{}", server.port()));
+    let backend = &rt.ctx().backend;
+    let calls: [&[&str]; 2] = [&["lone"], &["b1", "b2", "b3"]];
+    for groups in calls {
+        for (group, got) in groups.iter().zip(attempt(backend, groups).await) {
+            let e = got.expect_err("won without a WAIT");
+            assert!(e.contains("permissions to run the 'wait'"), "{group}: {e}");
+            let key = format!("leader:{{{group}}}:lease");
+            assert_eq!(server.cmd(&["GET", &key]).await.unwrap(), "me", "{group}");
+        }
+    }
+    server
+        .cmd(&["ACL", "SETUSER", "app", "+wait"])
+        .await
+        .unwrap();
+    next_wins_wait_one_ttl(&server, backend, &calls).await;
+}
+
+/// An acquire + `WAIT` pipeline with no reply (here: the replies arrive
+/// after the call timeout) may have run the script, and a win in it may
+/// have been a safe start: every group of the call is marked. Fails on the
+/// old code: no group was, and the next win was an `Early` re-claim.
+#[tokio::test]
+async fn an_acquire_with_no_reply_marks_every_group_of_the_call() {
+    let (server, _replica) = replicated(RedisServer::builder()).await;
+    let proxy = FaultProxy::start(server.addr()).await.unwrap();
+    let rt = runtime(proxy.url());
+    let backend = &rt.ctx().backend;
+    // Both scripts loaded (a `NOSCRIPT` reply that comes too late would
+    // load nothing), on other groups.
+    for groups in [&["x"][..], &["y1", "y2"]] {
+        for got in attempt(backend, groups).await {
+            assert!(matches!(got, Ok(Acquire::Won { .. })), "{got:?}");
+        }
+    }
+    // Each request reaches Redis after 1.2 s, its reply arrives after
+    // another 1.2 s: past the call timeout (2 s). (Both calls at once: a
+    // connection made again after the first timed out would not get
+    // through.)
+    proxy.delay(Duration::from_millis(1200));
+    let calls: [&[&str]; 2] = [&["lone"], &["b1", "b2", "b3"]];
+    let (lone, batch) = tokio::join!(attempt(backend, calls[0]), attempt(backend, calls[1]));
+    for (group, got) in calls.concat().iter().zip(lone.into_iter().chain(batch)) {
+        assert!(got.is_err(), "{group}: {got:?}");
+    }
+    proxy.pass();
+    // The scripts ran: each group's first election, a safe start.
+    for group in calls.concat() {
+        let key = format!("leader:{{{group}}}:lease");
+        assert_eq!(server.cmd(&["GET", &key]).await.unwrap(), "me", "{group}");
+    }
+    next_wins_wait_one_ttl(&server, backend, &calls).await;
+}
