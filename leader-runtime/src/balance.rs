@@ -360,7 +360,9 @@ impl Balance {
     /// does not campaign in this group (then the group waits that much
     /// longer); their early attempt, which comes just before the expiry
     /// and may reach the server after it, is a peek (`Ask::Peek`) that
-    /// takes nothing, so it cannot win the lease ahead of the first.
+    /// takes nothing. So a backup wins only when the first has not taken
+    /// the lease within the delay (gone, not campaigning here, stalled), or
+    /// when the members disagree on the membership for a round.
     pub(crate) fn backup_delay(&self, group: &str, holder: &str) -> Duration {
         let s = self.state();
         if s.round.is_none() {

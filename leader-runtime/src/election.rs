@@ -272,18 +272,23 @@ impl Election {
                     tracing::trace!(%holder, ?pttl, "lease held by another instance");
                     // Somebody took the group handed over: no take-back.
                     self.taking_back = None;
-                    if let Some(b) = &self.balance {
-                        backup = b.backup_delay(&self.group.name, &holder);
-                    }
-                    holder_seen = Some(holder);
                     let notices_up = self.ctx.notices_up.load(Ordering::SeqCst);
-                    match pttl {
+                    let next = match pttl {
                         // Try again right when it expires (it cannot expire
                         // sooner); a release notice wakes us sooner.
-                        Some(pttl) if notices_up => received + pttl,
-                        Some(pttl) => received + pttl.min(retry),
-                        None => received + retry,
+                        Some(pttl) if notices_up || pttl <= retry => received + pttl,
+                        _ => received + retry,
+                    };
+                    // Balanced, a follower the group does not rank first
+                    // asks a little after the expiry (not after a poll
+                    // paced by `retry_interval`).
+                    if let (Some(b), Some(pttl)) = (&self.balance, pttl) {
+                        if next == received + pttl {
+                            backup = b.backup_delay(&self.group.name, &holder);
+                        }
                     }
+                    holder_seen = Some(holder);
+                    next
                 }
                 Ok(Acquire::Paused) => {
                     self.recovered();

@@ -277,7 +277,7 @@ async fn a_pause_past_the_first_500_groups_is_seen() {
     }
 }
 
-/// Every key and its value type, sorted: what a call may have written.
+/// Every key with its value and expiry, sorted: what a call may have written.
 async fn snapshot(conn: &mut RespConn) -> Vec<String> {
     let Reply::Array(names) = cmd(conn, &["KEYS", "*"]).await else {
         panic!("KEYS")
@@ -288,7 +288,8 @@ async fn snapshot(conn: &mut RespConn) -> Vec<String> {
             panic!("{name:?}")
         };
         let value = cmd(conn, &["DUMP", &name]).await;
-        out.push(format!("{name} {value:?}"));
+        let expires = cmd(conn, &["PEXPIRETIME", &name]).await;
+        out.push(format!("{name} {value:?} {expires:?}"));
     }
     out.sort();
     out

@@ -471,7 +471,8 @@ impl AttemptBatcher {
     /// [`ATTEMPT_STEP`]. Either then moved by this instance's spread for
     /// that step (less than [`ATTEMPT_SPREAD`], the same for every group).
     /// So a lease that ends is tried at most `backup + ATTEMPT_STEP +
-    /// ATTEMPT_SPREAD` after it ends.
+    /// ATTEMPT_SPREAD` after it ends (by a backup whose peek arrived after
+    /// the expiry: that long after the peek's reply).
     ///
     /// `backup` is zero but for a balanced follower that the group does not
     /// rank first (see [`Balance::backup_delay`](crate::balance::Balance::backup_delay)).

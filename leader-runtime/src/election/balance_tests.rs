@@ -229,3 +229,82 @@ async fn a_crashed_leaders_groups_go_each_to_the_survivor_it_ranks_first() {
     // Spread over all three (10 each would be the share).
     assert_eq!(taken.len(), 3, "{taken:?}");
 }
+
+/// A group name that `first` ranks above `other` (`Balance::backup_delay`'s
+/// rendezvous hashing).
+fn ranked_first_by(first: &str, other: &str) -> String {
+    (0..)
+        .map(|i| format!("r{i}"))
+        .find(|g| crate::balance::rank(g, first) > crate::balance::rank(g, other))
+        .unwrap_or_default()
+}
+
+/// Polls (1 ms steps of paused time) until `rt` leads `group`; when.
+async fn led_at(rt: &Runtime, group: &str, limit: Duration) -> Instant {
+    let end = Instant::now() + limit;
+    while !rt.is_leader(group) {
+        assert!(Instant::now() < end, "{group} not led within {limit:?}");
+        sleep(Duration::from_millis(1)).await;
+    }
+    Instant::now()
+}
+
+/// The follower a group ranks first is a live member but never campaigns
+/// in that group: when the holder crashes, a backup takes it its delay
+/// after the expiry — within 45 ms, not one `retry_interval` or a ttl.
+#[tokio::test(start_paused = true)]
+async fn a_backup_takes_a_group_its_first_follower_does_not_campaign_in() {
+    let mem = MemoryBackend::new();
+    let backend = Backend::Memory(mem.clone());
+    let g = ranked_first_by("a", "b");
+    let keys = crate::names::GroupKeys::new("leader", &g);
+    let won = backend
+        .acquire_many("z", TTL, &[(&g, &keys, crate::backend::Ask::Take)])
+        .await;
+    assert!(matches!(won[..], [Ok(crate::backend::Acquire::Won { .. })]));
+    let expiry = Instant::now() + TTL;
+    let (a, b) = (balanced(&mem, "a"), balanced(&mem, "b"));
+    // `a` campaigns (in another group), so it ranks; it never asks for `g`.
+    let _ = a.run_if_leader("other", || async {}).await;
+    let _ = b.run_if_leader(&g, || async {}).await;
+    let at = led_at(&b, &g, TTL * 2).await;
+    assert!(at >= expiry, "{:?} before the expiry", expiry - at);
+    assert!(
+        at <= expiry + Duration::from_millis(45),
+        "{:?} after the expiry",
+        at - expiry
+    );
+}
+
+/// A follower that the group does not rank first, woken by the holder's
+/// release notice, takes the group at once: only an early attempt that
+/// comes at its scheduled time is a peek. `b` is below its share (it
+/// campaigns in two groups, `a` in one), so it does not yield the released
+/// group either. Fails when
+/// the attempt after a notice is a peek (the group then waits 20 ms more).
+#[tokio::test(start_paused = true)]
+async fn a_backup_woken_by_a_release_notice_takes_at_once() {
+    let mem = MemoryBackend::new();
+    let g = ranked_first_by("a", "b");
+    let z = start(builder(&mem, "z"));
+    for group in [&g, "g2"] {
+        let _ = z.run_if_leader(group, || async {}).await;
+        led_at(&z, group, TTL * 2).await;
+    }
+    let (a, b) = (balanced(&mem, "a"), balanced(&mem, "b"));
+    let _ = a.run_if_leader("other", || async {}).await;
+    for group in [&g, "g2"] {
+        let _ = b.run_if_leader(group, || async {}).await;
+    }
+    // Past a few of b's early attempts (peeks) and membership rounds.
+    sleep(TTL * 2).await;
+    assert!(z.is_leader(&g) && !b.is_leader(&g));
+    z.step_down(&g).await.unwrap();
+    let released = Instant::now();
+    let at = led_at(&b, &g, TTL).await;
+    assert!(
+        at - released <= Duration::from_millis(10),
+        "taken {:?} after the release",
+        at - released
+    );
+}

@@ -19,10 +19,11 @@ use crate::{Config, Runtime};
 const TTL: Duration = Duration::from_secs(5);
 
 /// Holders written straight into lease keys: kinds of the flat reply
-/// (1 won, 0 held, 2 paused, -1 error), a word of it, separators, bytes
+/// (1 won, 0 held, 2 paused, 3 free, -1 error), a word of it, separators, bytes
 /// that are not UTF-8, nothing at all.
-const HOLDERS: [(&str, &[u8]); 8] = [
+const HOLDERS: [(&str, &[u8]); 9] = [
     ("one", b"1"),
+    ("three", b"3"),
     ("minus", b"-1"),
     ("zero", b"0"),
     ("two", b"2"),
@@ -117,9 +118,9 @@ async fn every_group_answers_in_its_place_as_alone_on_both_paths() {
     // answered free, nothing taken.
     let peeked = answers_to(backend, &groups, Ask::Peek).await;
     let n = HOLDERS.len();
-    for (i, (group, _)) in HOLDERS.iter().enumerate() {
+    for (i, (group, holder)) in HOLDERS.iter().enumerate() {
         assert!(
-            matches!(&peeked[i], Ok(Acquire::Held { .. })),
+            matches!(&peeked[i], Ok(Acquire::Held { holder: h, pttl: Some(_) }) if *h == String::from_utf8_lossy(holder)),
             "{group}: {peeked:?}"
         );
     }
