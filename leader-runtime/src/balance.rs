@@ -67,13 +67,9 @@
 //! moves through a third instance could even them out. (A follower at its
 //! share whose attempt was already in flight when a group was released may
 //! still win it; it is then over its share and hands over in turn, with the
-//! same bounds.) `once:` groups are never handed over. At an expiry (a
-//! crash) only the follower the group ranks first (rendezvous hashing over
-//! the live members but the holder, [`Balance::backup_delay`]) asks at once,
-//! the others [`BACKUP_DELAY`] later (their early attempt just before the
-//! expiry only peeks), so a crashed member's groups spread
-//! over the survivors in one wave; the next rounds even out what is left.
-//! Every instance must use the same `ttl` (freshness is read from the
+//! same bounds.) `once:` groups are never handed over. Expiries (crashes)
+//! are taken by whoever comes first, and the next rounds even the shares
+//! out. Every instance must use the same `ttl` (freshness is read from the
 //! entries' expiry).
 //!
 //! [`ConfigBuilder::balance_leadership`]: crate::ConfigBuilder::balance_leadership
@@ -119,32 +115,6 @@ pub(crate) fn hold_for(call_timeout: Duration) -> Duration {
     take_back_after(call_timeout) + SHARE_GRACE
 }
 
-/// At a lease's expiry, a follower that is not the first to ask for the
-/// group asks this much later (see [`Balance::backup_delay`]): two steps of
-/// the attempt grid after the first follower, so a group whose first
-/// follower is gone is still asked for within about 45 ms of its expiry.
-pub(crate) const BACKUP_DELAY: Duration = Duration::from_millis(20);
-
-/// The rank of `member` for `group` (rendezvous hashing): FNV-1a, then a
-/// finaliser (splitmix64's) so that ids differing only in their last byte
-/// rank evenly; the same on every instance and build, unlike std's seeded
-/// hasher.
-pub(crate) fn rank(group: &str, member: &str) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for &b in group
-        .as_bytes()
-        .iter()
-        .chain(&[0xff])
-        .chain(member.as_bytes())
-    {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    h = (h ^ (h >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    h = (h ^ (h >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    h ^ (h >> 31)
-}
-
 /// What one runtime knows of the balance.
 pub(crate) struct Balance {
     me: String,
@@ -179,8 +149,6 @@ struct State {
     layout: Vec<(String, u32)>,
     /// Counts the changes of `layout`.
     epoch: u64,
-    /// The ids of the last round's live members that campaign in some group.
-    members: Vec<String>,
 }
 
 /// This instance's view of one membership round.
@@ -347,38 +315,6 @@ impl Balance {
         self.state().round.as_ref().is_some_and(|r| r.over)
     }
 
-    /// How much later than at its expiry this instance asks for `group`,
-    /// whose lease `holder` holds: not at all if it is the first to ask —
-    /// of the live members but the holder, the one `group` ranks highest
-    /// (rendezvous hashing), or no round known — else [`BACKUP_DELAY`].
-    /// When a member crashes, each of its groups is asked for by one
-    /// survivor at the expiry, spread evenly over them, instead of by all of
-    /// them at once, where the first batch to reach the server won them all
-    /// and its instance handed most over again (a crash of one of 20
-    /// balanced instances: 1,069 elections for its 250 groups within 1 s).
-    /// The others ask too, a little later, in case the first is gone or
-    /// does not campaign in this group (then the group waits that much
-    /// longer); their early attempt, which comes just before the expiry
-    /// and may reach the server after it, is a peek (`Ask::Peek`) that
-    /// takes nothing. So a backup wins only when the first has not taken
-    /// the lease within the delay (gone, not campaigning here, stalled), or
-    /// when the members disagree on the membership for a round.
-    pub(crate) fn backup_delay(&self, group: &str, holder: &str) -> Duration {
-        let s = self.state();
-        if s.round.is_none() {
-            return Duration::ZERO;
-        }
-        let first = s
-            .members
-            .iter()
-            .filter(|m| *m != holder)
-            .max_by_key(|m| (rank(group, m), m.as_str()));
-        match first {
-            Some(m) if *m != self.me => BACKUP_DELAY,
-            _ => Duration::ZERO,
-        }
-    }
-
     /// The fleet's layout (the other members below their share and their
     /// campaign counts): a number that changes when it does.
     pub(crate) fn epoch(&self) -> u64 {
@@ -439,12 +375,6 @@ impl Balance {
             .collect();
         let mut s = self.state();
         s.round = Some(round);
-        // Only members that campaign at all can be first to ask.
-        s.members = members
-            .iter()
-            .filter(|m| m.counts.campaigns > 0)
-            .map(|m| m.id.clone())
-            .collect();
         if layout != s.layout {
             s.layout = layout;
             s.epoch += 1;
@@ -527,7 +457,7 @@ pub(crate) fn spawn_heartbeat(
 mod tests {
     use super::*;
 
-    pub(super) fn fleet(members: &[(&str, u32, u32)]) -> Vec<Member> {
+    fn fleet(members: &[(&str, u32, u32)]) -> Vec<Member> {
         members
             .iter()
             .map(|&(id, leading, campaigns)| Member {
@@ -603,90 +533,6 @@ mod tests {
         balance.ended(true);
         balance.ended(true);
         assert_eq!(balance.try_shed(), Some(false));
-    }
-}
-
-#[cfg(test)]
-mod backup_tests {
-    use std::time::Duration;
-
-    use super::tests::fleet;
-    use super::{Balance, BACKUP_DELAY};
-
-    /// Of the live members but the holder, exactly one asks at the expiry,
-    /// the same on every instance; each is the first for some groups; with
-    /// no round known, everyone asks at once.
-    #[test]
-    fn one_member_but_the_holder_asks_first_for_each_group() {
-        let ids = ["a", "b", "c", "z"];
-        let fleet_of = |me| {
-            let b = Balance::new(me);
-            b.set_members(
-                fleet(&[("a", 0, 9), ("b", 0, 9), ("c", 0, 9), ("z", 9, 9)]),
-                true,
-            );
-            b
-        };
-        let members: Vec<Balance> = ids.iter().map(|id| fleet_of(id)).collect();
-        let mut firsts = [0; 4];
-        for g in 0..300 {
-            let group = format!("g{g}");
-            let first: Vec<usize> = (0..4)
-                .filter(|&i| members[i].backup_delay(&group, "z") == Duration::ZERO)
-                .collect();
-            // z holds it: a follower's answer never names itself as holder,
-            // so z's own answer does not matter here.
-            let others: Vec<usize> = first.into_iter().filter(|&i| i != 3).collect();
-            assert_eq!(others.len(), 1, "{group}: {others:?}");
-            firsts[others[0]] += 1;
-            for (i, member) in members.iter().enumerate().take(3) {
-                if i != others[0] {
-                    assert_eq!(member.backup_delay(&group, "z"), BACKUP_DELAY);
-                }
-            }
-        }
-        assert!(firsts[..3].iter().all(|&n| n > 60), "{firsts:?}");
-        assert_eq!(Balance::new("a").backup_delay("g0", "z"), Duration::ZERO);
-    }
-
-    /// Ids that differ only at the end (how fleets name instances) each
-    /// rank first for about their share of 5,000 groups: within a quarter
-    /// of it. Fails with FNV-1a alone (`worker-8` and `worker-9` first
-    /// about 4 times as often as the others).
-    #[test]
-    fn the_ranking_spreads_evenly_over_similar_ids() {
-        let fleets: [Vec<String>; 3] = [
-            (0..20).map(|i| format!("i{i}")).collect(),
-            (0..10).map(|i| format!("worker-{i}")).collect(),
-            (1..=5).map(|i| format!("10.0.0.{i}")).collect(),
-        ];
-        for ids in &fleets {
-            let mut firsts = vec![0usize; ids.len()];
-            for g in 0..5000 {
-                let group = format!("g{g}");
-                let first = (0..ids.len())
-                    .max_by_key(|&i| (super::rank(&group, &ids[i]), &ids[i]))
-                    .unwrap();
-                firsts[first] += 1;
-            }
-            let share = 5000 / ids.len();
-            assert!(
-                firsts
-                    .iter()
-                    .all(|&n| n * 4 >= share * 3 && n * 4 <= share * 5),
-                "{ids:?}: {firsts:?}"
-            );
-        }
-    }
-
-    /// A member that campaigns in no group is never the one to ask first.
-    #[test]
-    fn a_member_without_campaigns_is_never_first() {
-        let b = Balance::new("a");
-        b.set_members(fleet(&[("a", 0, 9), ("idle", 0, 0), ("z", 9, 9)]), true);
-        for g in 0..300 {
-            assert_eq!(b.backup_delay(&format!("g{g}"), "z"), Duration::ZERO);
-        }
     }
 }
 

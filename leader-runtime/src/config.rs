@@ -437,10 +437,7 @@ impl ConfigBuilder {
     /// A joining instance takes its share within a few renew intervals;
     /// one that stops cleanly leaves the membership before it releases, so
     /// its groups move within about two round trips (its release notices,
-    /// a membership round), those of one that crashes within `ttl` — each
-    /// of its groups, as a rule, to the survivor it ranks first (the others ask 20 ms
-    /// after the expiry, in case that one is gone or does not campaign in
-    /// the group: then that group fails over about 20 ms later). Every
+    /// a membership round), those of one that crashes within `ttl`. Every
     /// instance must use the same `ttl`, and all must run a release with
     /// this membership format (older releases kept ids only, in a sorted
     /// set `{prefix}:members`: the two do not see each other). An ACL user

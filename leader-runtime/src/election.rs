@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tokio::time::{sleep_until, Instant};
 
-use crate::backend::{self, Acquire, Ask, Op, Renew, SafeStart};
+use crate::backend::{self, Acquire, Op, Renew, SafeStart};
 use crate::balance::{hold_for, take_back_after, Balance, SHARE_GRACE, VAIN_HAND_OVERS};
 use crate::ctx::{Callback, Ctx};
 use crate::events::{Event, LostReason};
@@ -164,18 +164,7 @@ impl Election {
     /// Campaign until we win (`Some`) or the runtime stops (`None`).
     async fn follow(&mut self) -> Option<Won> {
         let retry = self.ctx.config.retry_interval;
-        // The holder an early attempt (`follow_at`) is made for, when it
-        // comes at the time given (not after a notice or a request).
-        let mut early_for: Option<String> = None;
         loop {
-            // Balanced, an early attempt is a peek unless this instance is
-            // the group's first follower, ranked by the membership known now.
-            let ask = match (early_for.take(), &self.balance) {
-                (Some(holder), Some(b)) if !b.backup_delay(&self.group.name, &holder).is_zero() => {
-                    Ask::Peek
-                }
-                _ => Ask::Take,
-            };
             // Out of the race, a group is not one this instance could take.
             self.count_campaign(self.group.control.eligible());
             if !self.group.control.eligible() {
@@ -230,15 +219,12 @@ impl Election {
                     self.ctx.attempts.acquire(
                         &self.group.name,
                         &self.keys,
-                        ask,
                         &self.ctx.config.instance_id,
                         ttl,
                     ),
                 )
                 .await;
             let received = Instant::now();
-            let mut backup = Duration::ZERO;
-            let mut holder_seen = None;
             let next = match result {
                 Ok(Acquire::Won {
                     token,
@@ -273,22 +259,13 @@ impl Election {
                     // Somebody took the group handed over: no take-back.
                     self.taking_back = None;
                     let notices_up = self.ctx.notices_up.load(Ordering::SeqCst);
-                    let next = match pttl {
+                    match pttl {
                         // Try again right when it expires (it cannot expire
                         // sooner); a release notice wakes us sooner.
-                        Some(pttl) if notices_up || pttl <= retry => received + pttl,
-                        _ => received + retry,
-                    };
-                    // Balanced, a follower the group does not rank first
-                    // asks a little after the expiry (not after a poll
-                    // paced by `retry_interval`).
-                    if let (Some(b), Some(pttl)) = (&self.balance, pttl) {
-                        if next == received + pttl {
-                            backup = b.backup_delay(&self.group.name, &holder);
-                        }
+                        Some(pttl) if notices_up => received + pttl,
+                        Some(pttl) => received + pttl.min(retry),
+                        None => received + retry,
                     }
-                    holder_seen = Some(holder);
-                    next
                 }
                 Ok(Acquire::Paused) => {
                     self.recovered();
@@ -296,23 +273,13 @@ impl Election {
                     // A resume request wakes us sooner.
                     received + retry
                 }
-                Ok(Acquire::Free) => {
-                    // Our peek (a balanced backup's early attempt) found the
-                    // lease gone: the group's first follower takes it now;
-                    // we ask only a backup's delay later, in case it is gone.
-                    self.recovered();
-                    self.saw_paused(false);
-                    self.group.observed.saw_holder(None);
-                    backup = crate::balance::BACKUP_DELAY;
-                    received
-                }
                 Err(e) => {
                     self.failed("acquire", &e);
                     received + retry
                 }
             };
             // On the attempt grid: the groups due together go as one call.
-            let (wait_until, early) = self.ctx.attempts.follow_at(next, backup);
+            let wait_until = self.ctx.attempts.follow_at(next);
             self.group.control.mark_first_round();
             if !self.wait(wait_until, true).await {
                 return None;
@@ -320,8 +287,6 @@ impl Election {
             if self.noticed {
                 // Another instance held the group and released it.
                 self.taking_back = None;
-            } else if early && Instant::now() >= wait_until {
-                early_for = holder_seen;
             }
         }
     }

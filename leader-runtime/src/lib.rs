@@ -420,9 +420,7 @@
 //!   instance draws per grid step; `retry_interval` paces retries only when that knowledge
 //!   is missing (after an error, or while the notice connection is down).
 //!   So a follower *asks* at most 15 ms after a crashed leader's lease
-//!   expires (with balanced leadership, only the follower the group ranks
-//!   first does; the others ask 20 ms later, in case it is gone, and their
-//!   early attempt just before the expiry only looks), plus the few ms its batch stays open on Redis for attempts
+//!   expires, plus the few ms its batch stays open on Redis for attempts
 //!   that come a little late (4 ms without a new one, at most a quarter of
 //!   the call timeout), and a graceful handover takes one round trip. With
 //!   many groups per instance the last group's new view begins later than

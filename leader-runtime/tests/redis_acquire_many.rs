@@ -4,7 +4,7 @@
 //! runtime parses; with no pause key in the call (one `EXISTS` for all) and
 //! with one (each group's pause key checked on its own); and with
 //! an ACL user that may not run `EXISTS` (the rules of earlier versions) the
-//! pause is still checked, group by group. A peek (ARGV[3]) writes nothing.
+//! pause is still checked, group by group.
 
 use leader_testkit::{RedisServer, Reply, RespConn};
 
@@ -28,17 +28,11 @@ fn keys(group: &str) -> [String; 3] {
 
 /// `acquire_many.lua` for `groups` as instance `id`, on `conn`: the flat reply.
 async fn acquire_many(conn: &mut RespConn, id: &str, groups: &[&str]) -> Vec<Reply> {
-    call(conn, id, groups, None).await
-}
-
-/// The same with `peeks` (ARGV[3]: 'p' for each group only peeked at).
-async fn call(conn: &mut RespConn, id: &str, groups: &[&str], peeks: Option<&str>) -> Vec<Reply> {
     let keys: Vec<String> = groups.iter().flat_map(|g| keys(g)).collect();
     let count = keys.len().to_string();
     let mut args = vec!["EVAL", SCRIPT, &count];
     args.extend(keys.iter().map(String::as_str));
     args.extend([id, TTL_MS]);
-    args.extend(peeks);
     match conn.cmd(&args).await.unwrap() {
         Reply::Array(items) => items,
         other => panic!("acquire_many replied {other:?}"),
@@ -55,7 +49,6 @@ fn split(reply: &[Reply]) -> Vec<&[Reply]> {
             Reply::Integer(1) => 5,
             Reply::Integer(0) => 3,
             Reply::Integer(2 | -1) => 2,
-            Reply::Integer(3) => 1,
             ref other => panic!("unknown kind {other:?} in {reply:?}"),
         };
         parts.push(&reply[at..at + len]);
@@ -277,80 +270,10 @@ async fn a_pause_past_the_first_500_groups_is_seen() {
     }
 }
 
-/// Every key with its value and expiry, sorted: what a call may have written.
-async fn snapshot(conn: &mut RespConn) -> Vec<String> {
-    let Reply::Array(names) = cmd(conn, &["KEYS", "*"]).await else {
-        panic!("KEYS")
-    };
-    let mut out = Vec::new();
-    for name in names {
-        let Reply::Bulk(name) = name else {
-            panic!("{name:?}")
-        };
-        let value = cmd(conn, &["DUMP", &name]).await;
-        let expires = cmd(conn, &["PEXPIRETIME", &name]).await;
-        out.push(format!("{name} {value:?} {expires:?}"));
-    }
-    out.sort();
-    out
-}
-
-/// A peek answers a group another instance holds as a refusal, a paused
-/// group as paused, a free one, one held by the caller and one with a junk
-/// record as free (kind 3) — and writes nothing, while a group taken in the
-/// same call is won. Fails if a peek takes a lease or touches a record.
-#[tokio::test]
-async fn a_peek_writes_nothing_beside_a_group_taken() {
-    let server = RedisServer::start().await.unwrap();
-    let mut conn = server.connect().await.unwrap();
-    fixtures(&mut conn).await;
-    cmd(
-        &mut conn,
-        &["SET", "leader:{mine}:lease", "me", "PX", "10000"],
-    )
-    .await;
-    cmd(&mut conn, &["HSET", "leader:{pz}:paused", "by", "test"]).await;
-    let before = snapshot(&mut conn).await;
-    let groups = ["held", "mine", "free", "pz", "junk", "take"];
-    for peeks in ["ppppp-", "ppppp"] {
-        let reply = call(&mut conn, "me", &groups, Some(peeks)).await;
-        let parts = split(&reply);
-        assert_eq!(parts.len(), 6, "{reply:?}");
-        assert_eq!(held_by(parts[0]).0, "other", "{reply:?}");
-        for free in [1, 2, 4] {
-            assert_eq!(
-                parts[free],
-                [Reply::Integer(3)],
-                "{}: {reply:?}",
-                groups[free]
-            );
-        }
-        assert!(paused(parts[3]), "{reply:?}");
-        won(parts[5]);
-        // Only the group taken changed anything.
-        let after: Vec<String> = snapshot(&mut conn)
-            .await
-            .into_iter()
-            .filter(|k| !k.starts_with("leader:{take}"))
-            .collect();
-        assert_eq!(after, before, "a peek wrote");
-        cmd(
-            &mut conn,
-            &["DEL", "leader:{take}:lease", "leader:{take}:token"],
-        )
-        .await;
-    }
-    // Without ARGV[3] the same call takes the free groups.
-    let reply = acquire_many(&mut conn, "me", &["free", "mine"]).await;
-    let parts = split(&reply);
-    won(parts[0]);
-    won(parts[1]);
-}
-
 /// An ACL that refuses `PTTL` makes the refused attempt of a group another
 /// instance holds that group's error, not the whole call's: the free group
 /// beside it is still won. Fails when `PTTL` is called unprotected (the
-/// script's error fails the call).
+/// script's error fails the call, after it may have granted earlier groups).
 #[tokio::test]
 async fn a_refused_pttl_is_that_groups_error() {
     let rules = ACL_RULES.replace(" +pttl", "");

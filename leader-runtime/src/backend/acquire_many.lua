@@ -4,14 +4,10 @@
 --          cluster: all in one hash slot)
 -- ARGV[1]  our instance id
 -- ARGV[2]  ttl in milliseconds
--- ARGV[3]  optional: one character per triple, 'p' where that group is
---          only peeked at: answered as a refusal when another instance
---          holds it, {2, 'paused'} when paused, else {3} (free, or ours:
---          nothing taken); a peek never writes
 -- returns  one flat array: for each triple, in order, acquire.lua's reply
 --          spread out ({1, token, wait, why, last}: 5 entries, {0, holder,
---          pttl}: 3, {2, 'paused'}: 2, with the same meaning; a peek's {3}:
---          1), or {-1, message}
+--          pttl}: 3, {2, 'paused'}: 2, with the same meaning), or
+--          {-1, message}
 --          (2 entries): the error of that group alone (a malformed record,
 --          WRONGTYPE), so one bad key does not fail the others (an error
 --          reply nested in the array would fail the whole call client-side).
@@ -24,7 +20,6 @@ local ttl = tonumber(ARGV[2])
 local id = ARGV[1]
 local clock = script_clock()
 local n = #KEYS / 3
-local peeks = ARGV[3] or ''
 
 local out, m = {}, 0
 local unpaused = none_paused()
@@ -40,7 +35,8 @@ for i = 1, n do
   end
   local pttl
   if type(holder) == 'string' and holder ~= id then
-    -- pcall: a PTTL the ACL refuses is this group's error, not the call's.
+    -- pcall: a PTTL the ACL refuses is this group's error, not the call's
+    -- (which would also have failed the groups granted before it).
     pttl = redis.pcall('PTTL', KEYS[k])
   end
   if type(pttl) == 'number' then
@@ -49,19 +45,6 @@ for i = 1, n do
   elseif pttl then
     out[m + 1], out[m + 2] = -1, tostring(pttl.err)
     m = m + 2
-  elseif string.byte(peeks, i) == 112 then
-    -- A peek ('p'), with the lease free or ours: say so, take nothing (a
-    -- GET that failed is that group's error, a paused group is paused).
-    if not checked then
-      out[m + 1], out[m + 2] = 2, 'paused'
-      m = m + 2
-    elseif type(holder) == 'table' then
-      out[m + 1], out[m + 2] = -1, tostring(holder.err)
-      m = m + 2
-    else
-      out[m + 1] = 3
-      m = m + 1
-    end
   else
     -- Not paused and the lease free or ours: acquire_one's grant, without
     -- its checks again. Everything else takes acquire.lua's whole path (a

@@ -35,7 +35,7 @@ use redis::{Script, Value};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
-use super::{Acquire, Ask, Backend, Renew};
+use super::{Acquire, Backend, Renew};
 use crate::names::GroupKeys;
 use crate::{Error, Result};
 
@@ -413,7 +413,6 @@ async fn send<C: ConnectionLike>(mut conn: C, scripts: Arc<Scripts>, chunk: Vec<
 struct Attempt {
     group: String,
     keys: GroupKeys,
-    ask: Ask,
     id: String,
     ttl: Duration,
     reply: oneshot::Sender<Result<Acquire>>,
@@ -460,63 +459,45 @@ impl AttemptBatcher {
     }
 
     /// When to try a lease that expires at `expiry` (or to retry at
-    /// `expiry`), and whether that is early. Far ahead: early, at `expiry`
-    /// moved back onto the coarse grid of [`EARLY_STEP`] — a live leader has
-    /// renewed the lease since (it renews more than `EARLY_STEP` before its
-    /// lease ends), so the attempt learns the new expiry just as well, and
-    /// the attempts of leases renewed at nearby instants (by different
-    /// calls, leaders, instances) fall due together. Close (an early attempt
-    /// found the lease still there: its holder stopped renewing): at
-    /// `expiry` plus `backup` moved forward onto the grid of
-    /// [`ATTEMPT_STEP`]. Either then moved by this instance's spread for
-    /// that step (less than [`ATTEMPT_SPREAD`], the same for every group).
-    /// So a lease that ends is tried at most `backup + ATTEMPT_STEP +
-    /// ATTEMPT_SPREAD` after it ends (by a backup whose peek arrived after
-    /// the expiry: that long after the peek's reply).
-    ///
-    /// `backup` is zero but for a balanced follower that the group does not
-    /// rank first (see [`Balance::backup_delay`](crate::balance::Balance::backup_delay)).
-    /// Such a follower makes its early attempt an [`Ask::Peek`]: the early
-    /// point is the one a leader renews on, just before its lease ends, so
-    /// when that leader has crashed the attempt may reach the server just
-    /// after the expiry; a peek then finds the lease free and takes
-    /// nothing, and the group's first follower, asking on the same grid
-    /// point, takes it.
-    pub(crate) fn follow_at(&self, expiry: Instant, backup: Duration) -> (Instant, bool) {
+    /// `expiry`). Far ahead: early, at `expiry` moved back onto the coarse
+    /// grid of [`EARLY_STEP`] — a live leader has renewed the lease since
+    /// (it renews more than `EARLY_STEP` before its lease ends), so the
+    /// attempt learns the new expiry just as well, and the attempts of leases
+    /// renewed at nearby instants (by different calls, leaders, instances)
+    /// fall due together. Close (an early attempt found the lease still
+    /// there: its holder stopped renewing): at `expiry` moved forward onto
+    /// the grid of [`ATTEMPT_STEP`]. Either then moved by this instance's
+    /// spread for that step (less than [`ATTEMPT_SPREAD`], the same for every
+    /// group). So a lease that ends is tried at most `ATTEMPT_STEP +
+    /// ATTEMPT_SPREAD` after it ends.
+    pub(crate) fn follow_at(&self, expiry: Instant) -> Instant {
         let spread_ms = ATTEMPT_SPREAD.as_millis() as u32;
         if !self.batched {
             let ms = crate::jitter::random_u32() % (spread_ms + 1);
-            return (
-                expiry + backup + Duration::from_millis(u64::from(ms)),
-                false,
-            );
+            return expiry + Duration::from_millis(u64::from(ms));
         }
         let early = self.grid.floor(expiry, EARLY_STEP);
-        let (on_grid, is_early) = if early >= Instant::now() + EARLY_STEP {
-            (early, true)
+        let on_grid = if early >= Instant::now() + EARLY_STEP {
+            early
         } else {
-            (self.grid.ceil(expiry + backup, ATTEMPT_STEP), false)
+            self.grid.ceil(expiry, ATTEMPT_STEP)
         };
         let step = self.grid.past(on_grid, u128::MAX) / ATTEMPT_STEP.as_nanos();
         let spread = self.spread.hash_one(step) % u64::from(spread_ms.max(1));
-        (on_grid + Duration::from_millis(spread), is_early)
+        on_grid + Duration::from_millis(spread)
     }
 
-    /// Ask for one group's lease as part of the next batch: the answer of
-    /// `acquire.lua` for that group (of a peek: see [`Ask::Peek`]).
+    /// Acquire one group's lease as part of the next batch: the answer of
+    /// `acquire.lua` for that group.
     pub(crate) async fn acquire(
         &self,
         group: &str,
         keys: &GroupKeys,
-        ask: Ask,
         id: &str,
         ttl: Duration,
     ) -> Result<Acquire> {
         if !self.batched {
-            let mut answers = self
-                .backend
-                .acquire_many(id, ttl, &[(group, keys, ask)])
-                .await;
+            let mut answers = self.backend.acquire_many(id, ttl, &[(group, keys)]).await;
             return answers
                 .pop()
                 .unwrap_or_else(|| Err(Error::backend(group, "no answer")));
@@ -525,7 +506,6 @@ impl AttemptBatcher {
         let request = Attempt {
             group: group.to_owned(),
             keys: keys.clone(),
-            ask,
             id: id.to_owned(),
             ttl,
             reply,
@@ -581,8 +561,7 @@ async fn run_attempts(
 /// One backend call for `chunk` (same id, ttl and slot), answering each attempt.
 async fn send_attempts(backend: Backend, chunk: Vec<Attempt>) {
     let (id, ttl) = (chunk[0].id.clone(), chunk[0].ttl);
-    let groups: Vec<(&str, &GroupKeys, Ask)> =
-        chunk.iter().map(|r| (&*r.group, &r.keys, r.ask)).collect();
+    let groups: Vec<(&str, &GroupKeys)> = chunk.iter().map(|r| (&*r.group, &r.keys)).collect();
     let answers = backend.acquire_many(&id, ttl, &groups).await;
     drop(groups);
     for (r, answer) in chunk.into_iter().zip(answers) {
@@ -646,43 +625,6 @@ mod tests {
             short.busy_max <= Some(Duration::from_micros(1250)),
             "{short:?}"
         );
-    }
-
-    /// A lease that a leader renewed just past a point of the early grid
-    /// (leaders renew on it): a follower's early attempt comes at that
-    /// point, within `ATTEMPT_SPREAD` of the expiry, backup or not (one grid
-    /// point: the attempts of one leader's groups go together), and is
-    /// marked early (a balanced backup's is then a peek). Once it found the
-    /// lease about to end, the attempt at the expiry is not early: the first
-    /// follower's right after it, a backup's its delay later.
-    #[tokio::test(start_paused = true)]
-    async fn a_backup_asks_on_the_early_point_and_after_its_delay() {
-        let attempts = AttemptBatcher::new(
-            Backend::Memory(crate::MemoryBackend::new()),
-            true,
-            Duration::from_secs(5),
-        );
-        let backup = crate::balance::BACKUP_DELAY;
-        let expiry = Instant::now() + EARLY_STEP * 40 + Duration::from_millis(3);
-        let (first, early) = attempts.follow_at(expiry, Duration::ZERO);
-        assert!(early);
-        assert!(first + Duration::from_millis(3) >= expiry);
-        assert!(first < expiry + ATTEMPT_SPREAD);
-        assert_eq!(
-            attempts.follow_at(expiry, backup),
-            (first, true),
-            "one grid point"
-        );
-        // That attempt found the lease ending at `expiry`.
-        tokio::time::advance(first - Instant::now()).await;
-        let (first, early) = attempts.follow_at(expiry, Duration::ZERO);
-        assert!(!early);
-        assert!(first >= expiry, "{:?}", expiry - first);
-        assert!(first < expiry + ATTEMPT_STEP + ATTEMPT_SPREAD);
-        let (late, early) = attempts.follow_at(expiry, backup);
-        assert!(!early);
-        assert!(late >= expiry + backup, "{:?}", late - expiry);
-        assert!(late < expiry + backup + ATTEMPT_STEP + ATTEMPT_SPREAD);
     }
 
     #[tokio::test(start_paused = true)]

@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::admin::{Inspected, PauseMark};
 use super::fence::{Call, MemoryKeys as FencedKeys, Outcome};
-use super::{Acquire, Ask, Channels, Counts, Member, NoticeSink, Op, Renew, SafeStart};
+use super::{Acquire, Channels, Counts, Member, NoticeSink, Op, Renew, SafeStart};
 use crate::names::GroupKeys;
 use crate::{Error, Result};
 
@@ -448,16 +448,16 @@ impl MemoryBackend {
         &self,
         id: &str,
         ttl: Duration,
-        groups: &[(&str, &GroupKeys, Ask)],
+        groups: &[(&str, &GroupKeys)],
     ) -> Vec<Result<Acquire>> {
         self.inner.acquire_calls.fetch_add(1, Ordering::SeqCst);
         groups
             .iter()
-            .map(|&(group, keys, ask)| self.acquire_one(&Op { group, keys, id }, ttl, ask))
+            .map(|&(group, keys)| self.acquire_one(&Op { group, keys, id }, ttl))
             .collect()
     }
 
-    fn acquire_one(&self, op: &Op<'_>, ttl: Duration, ask: Ask) -> Result<Acquire> {
+    fn acquire_one(&self, op: &Op<'_>, ttl: Duration) -> Result<Acquire> {
         self.check_available(op.group)?;
         let mut state = self.state();
         // The rule of acquire.lua: a paused group is acquired by nobody.
@@ -472,8 +472,6 @@ impl MemoryBackend {
                     pttl: Some(pttl),
                 });
             }
-            // A peek takes nothing (acquire_many.lua's rule).
-            _ if ask == Ask::Peek => return Ok(Acquire::Free),
             Some(_) => true,
             None => false,
         };

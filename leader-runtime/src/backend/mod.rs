@@ -50,22 +50,6 @@ pub(crate) enum Acquire {
     },
     /// The group is paused fleet-wide: nobody may acquire it.
     Paused,
-    /// Only for [`Ask::Peek`]: nobody else holds the lease and the group is
-    /// not paused; nothing was taken.
-    Free,
-}
-
-/// What a follower asks of one group in an attempt.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Ask {
-    /// Take the lease if nobody else holds it (`acquire.lua`'s rules).
-    Take,
-    /// Only look: who holds it and for how long, or [`Acquire::Free`];
-    /// nothing is written. A balanced follower that is not the first to ask
-    /// for a group makes its early attempt this way, so that it cannot win
-    /// a lease that expires just before the attempt arrives (see
-    /// `Balance::backup_delay`).
-    Peek,
 }
 
 /// What a member of a balanced fleet publishes with each membership
@@ -207,24 +191,22 @@ impl Backend {
     /// One group's acquire attempt, alone (the elections batch theirs).
     #[cfg(test)]
     pub(crate) async fn acquire(&self, op: &Op<'_>, ttl: Duration) -> Result<Acquire> {
-        let mut answers = self
-            .acquire_many(op.id, ttl, &[(op.group, op.keys, Ask::Take)])
-            .await;
+        let mut answers = self.acquire_many(op.id, ttl, &[(op.group, op.keys)]).await;
         answers
             .pop()
             .unwrap_or_else(|| Err(Error::backend(op.group, "no answer")))
     }
 
-    /// The acquire attempts of `groups` (name, keys, what is asked) for
-    /// instance `id`, in one call where the backend can (all in one hash
-    /// slot on a cluster): one answer per group, in order, each meaning what
-    /// an attempt of that group would have answered alone (`acquire.lua`;
-    /// a peek's answer is a refusal's, `Paused`, or `Free`).
+    /// The acquire attempts of `groups` (name, keys) for instance `id`, in
+    /// one call where the backend can (all in one hash slot on a cluster):
+    /// one answer per group, in order, each meaning what an attempt of that group
+    /// would have answered
+    /// alone (`acquire.lua`).
     pub(crate) async fn acquire_many(
         &self,
         id: &str,
         ttl: Duration,
-        groups: &[(&str, &GroupKeys, Ask)],
+        groups: &[(&str, &GroupKeys)],
     ) -> Vec<Result<Acquire>> {
         match self {
             Backend::Redis(b) => b.acquire_many(id, ttl, groups).await,

@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::batch::RenewBatcher;
 use super::sentinel::SentinelConn;
-use super::{Acquire, Ask, Channels, Counts, Member, Notice, NoticeSink, Op, Renew, SafeStart};
+use super::{Acquire, Channels, Counts, Member, Notice, NoticeSink, Op, Renew, SafeStart};
 use crate::names::GroupKeys;
 use crate::redact::redact_url;
 use crate::{Error, Result};
@@ -532,42 +532,32 @@ impl RedisBackend {
     }
 
     /// The attempts of `groups` for `id`: one `acquire_many.lua` call (one
-    /// `acquire.lua` call for a single group taken). With `min_replicas`, the call
+    /// `acquire.lua` call for a single group). With `min_replicas`, the call
     /// is pipelined with one `WAIT`, and each group's win is confirmed by
     /// its result as a lone acquire's would be (`confirm`).
     pub(super) async fn acquire_many(
         &self,
         id: &str,
         ttl: Duration,
-        groups: &[(&str, &GroupKeys, Ask)],
+        groups: &[(&str, &GroupKeys)],
     ) -> Vec<Result<Acquire>> {
-        if let [(group, keys, Ask::Take)] = groups {
+        if let [(group, keys)] = groups {
             return vec![self.acquire(&Op { group, keys, id }, ttl).await];
         }
         let keys: Vec<&str> = groups
             .iter()
-            .flat_map(|(_, k, _)| [&*k.lease, &*k.record, &*k.paused])
+            .flat_map(|(_, k)| [&*k.lease, &*k.record, &*k.paused])
             .collect();
-        // ARGV[3]: which groups are only peeked at, when any is.
-        let peeks: Option<String> = groups.iter().any(|g| g.2 == Ask::Peek).then(|| {
-            groups
-                .iter()
-                .map(|g| if g.2 == Ask::Peek { 'p' } else { '-' })
-                .collect()
-        });
         let script = &self.scripts.acquire_many;
         // With `min_replicas`: every group is in doubt until the reply is read.
         let doubt = (self.min_replicas > 0).then(|| self.in_doubt(groups.iter().map(|g| g.0)));
         let (reply, acks) = if self.min_replicas > 0 {
-            match self
-                .invoke_and_wait(script, &keys, id, ttl, peeks.as_deref())
-                .await
-            {
+            match self.invoke_and_wait(script, &keys, id, ttl).await {
                 Ok((reply, acks)) => (Ok(reply), Some(acks)),
                 Err(failed) => {
                     return groups
                         .iter()
-                        .map(|(group, _, _)| Err(failed.error(group, "acquire_many + WAIT")))
+                        .map(|(group, _)| Err(failed.error(group, "acquire_many + WAIT")))
                         .collect()
                 }
             }
@@ -577,9 +567,6 @@ impl RedisBackend {
                 call.key(*key);
             }
             call.arg(id).arg(millis(ttl));
-            if let Some(peeks) = &peeks {
-                call.arg(peeks);
-            }
             (call.invoke_async(&mut self.conn.clone()).await, None)
         };
         let replies = match reply.map(|r| split_flat(groups.len(), r)) {
@@ -587,13 +574,13 @@ impl RedisBackend {
             Ok(Err(other)) => {
                 return groups
                     .iter()
-                    .map(|(group, _, _)| Err(protocol_err(group, "acquire_many", &other)))
+                    .map(|(group, _)| Err(protocol_err(group, "acquire_many", &other)))
                     .collect()
             }
             Err(e) => {
                 return groups
                     .iter()
-                    .map(|(group, _, _)| Err(backend_err(group, &e)))
+                    .map(|(group, _)| Err(backend_err(group, &e)))
                     .collect()
             }
         };
@@ -603,7 +590,7 @@ impl RedisBackend {
         groups
             .iter()
             .zip(replies)
-            .map(|(&(group, _, _), reply)| {
+            .map(|(&(group, _), reply)| {
                 let acquired = match reply {
                     // That group's own error.
                     FlatReply::Error(e) => Err(Error::backend(group, String::from_utf8_lossy(&e))),
@@ -628,7 +615,7 @@ impl RedisBackend {
         let keys = [&*op.keys.lease, &*op.keys.record, &*op.keys.paused];
         let doubt = self.in_doubt([op.group]);
         let (reply, acks) = self
-            .invoke_and_wait(&self.scripts.acquire, &keys, op.id, ttl, None)
+            .invoke_and_wait(&self.scripts.acquire, &keys, op.id, ttl)
             .await
             .map_err(|failed| failed.error(op.group, "acquire + WAIT"))?;
         let acquired = parse_acquire(op.group, reply)?;
@@ -654,8 +641,7 @@ impl RedisBackend {
             .insert(group.to_owned());
     }
 
-    /// `script` (an acquire script) on `keys` with our `id`, `ttl` and
-    /// `peeks` (`acquire_many.lua`'s ARGV[3]), then
+    /// `script` (an acquire script) on `keys` with our `id` and `ttl`, then
     /// `WAIT` for `min_replicas` replicas, pipelined on one connection so
     /// that the `WAIT` covers the script's writes: the script's reply and
     /// `WAIT`'s (either may be an error value).
@@ -665,7 +651,6 @@ impl RedisBackend {
         keys: &[&str],
         id: &str,
         ttl: Duration,
-        peeks: Option<&str>,
     ) -> std::result::Result<(Value, Value), WaitFailed> {
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
@@ -674,8 +659,7 @@ impl RedisBackend {
             .arg(keys.len())
             .arg(keys)
             .arg(id)
-            .arg(millis(ttl))
-            .arg(peeks);
+            .arg(millis(ttl));
         pipe.cmd("WAIT")
             .arg(self.min_replicas)
             .arg(millis(self.wait_timeout));
@@ -759,12 +743,10 @@ impl RedisBackend {
                 unconfirmed.remove(group);
                 Ok(held)
             }
-            // The script returned before reading the lease (paused), or a
-            // peek found it free: says nothing of whether the unconfirmed
-            // acquisition reached the replicas, so the next win still
-            // waits one ttl.
+            // The script returned before reading the lease: says nothing of
+            // whether the unconfirmed acquisition reached the replicas, so
+            // the next win after the resume still waits one ttl.
             Acquire::Paused => Ok(Acquire::Paused),
-            Acquire::Free => Ok(Acquire::Free),
         }
     }
 
@@ -1120,7 +1102,7 @@ enum FlatReply {
 
 /// `acquire_many.lua`'s flat reply cut into `groups` replies: each starts
 /// with its kind, which tells its length (1 won: 5 entries, 0 held: 3,
-/// 2 paused and -1 error: 2, 3 free (a peek): 1). Anything else, or entries left over or missing,
+/// 2 paused and -1 error: 2). Anything else, or entries left over or missing,
 /// is an error: the reply, or the part that does not parse (a protocol error
 /// for every group).
 fn split_flat(groups: usize, reply: Value) -> std::result::Result<Vec<FlatReply>, Value> {
@@ -1134,7 +1116,6 @@ fn split_flat(groups: usize, reply: Value) -> std::result::Result<Vec<FlatReply>
             Value::Int(1) => 5,
             Value::Int(0) => 3,
             Value::Int(2 | -1) => 2,
-            Value::Int(3) => 1,
             other => return Err(other),
         };
         let mut part = Vec::with_capacity(len);
@@ -1158,8 +1139,6 @@ fn split_flat(groups: usize, reply: Value) -> std::result::Result<Vec<FlatReply>
 
 fn parse_acquire(group: &str, reply: Value) -> Result<Acquire> {
     let items = match reply {
-        // A peek's answer (acquire_many.lua only).
-        Value::Array(items) if items == [Value::Int(3)] => return Ok(Acquire::Free),
         Value::Array(items) if items.len() == 2 => {
             return match items.as_slice() {
                 [Value::Int(2), Value::BulkString(word)] if word == b"paused" => {
@@ -1291,9 +1270,8 @@ mod tests {
             b("paused"),
             Value::Int(-1),
             b("ERR lease record x holds no valid token"),
-            Value::Int(3),
         ];
-        let parts = split_flat(5, Value::Array(flat.clone())).unwrap();
+        let parts = split_flat(4, Value::Array(flat.clone())).unwrap();
         assert_eq!(
             parts,
             vec![
@@ -1301,7 +1279,6 @@ mod tests {
                 FlatReply::Acquire(Value::Array(flat[3..8].to_vec())),
                 FlatReply::Acquire(Value::Array(flat[8..10].to_vec())),
                 FlatReply::Error(b"ERR lease record x holds no valid token".to_vec()),
-                FlatReply::Acquire(Value::Array(vec![Value::Int(3)])),
             ]
         );
         // Each part reads as acquire.lua's reply.
@@ -1316,15 +1293,11 @@ mod tests {
             matches!(parsed.next(), Some(Ok(Acquire::Won { token: 17, wait, why: SafeStart::No, last: Some(16) })) if wait.is_zero())
         );
         assert!(matches!(parsed.next(), Some(Ok(Acquire::Paused))));
-        assert!(matches!(parsed.next(), Some(Err(_))));
-        // A peek's answer.
-        assert!(matches!(parsed.next(), Some(Ok(Acquire::Free))));
         // One group too many or too few, a part cut short, an unknown kind,
         // an error that is not text: the whole reply is refused.
-        assert!(split_flat(6, Value::Array(flat.clone())).is_err());
-        assert!(split_flat(4, Value::Array(flat.clone())).is_err());
+        assert!(split_flat(5, Value::Array(flat.clone())).is_err());
+        assert!(split_flat(3, Value::Array(flat.clone())).is_err());
         assert!(split_flat(1, Value::Array(flat[0..2].to_vec())).is_err());
-        assert!(split_flat(1, Value::Array(vec![Value::Int(4), b("x")])).is_err());
         assert!(split_flat(1, Value::Array(vec![Value::Int(3), b("x")])).is_err());
         assert!(split_flat(1, Value::Array(vec![Value::Int(-1), Value::Int(5)])).is_err());
         assert!(split_flat(1, Value::Int(0)).is_err());

@@ -12,18 +12,17 @@ use std::time::Duration;
 use leader_testkit::{RedisCluster, RedisServer};
 use redis::AsyncCommands;
 
-use crate::backend::{slot, Acquire, Ask, Backend, Op};
+use crate::backend::{slot, Acquire, Backend, Op};
 use crate::names::GroupKeys;
 use crate::{Config, Runtime};
 
 const TTL: Duration = Duration::from_secs(5);
 
 /// Holders written straight into lease keys: kinds of the flat reply
-/// (1 won, 0 held, 2 paused, 3 free, -1 error), a word of it, separators, bytes
+/// (1 won, 0 held, 2 paused, -1 error), a word of it, separators, bytes
 /// that are not UTF-8, nothing at all.
-const HOLDERS: [(&str, &[u8]); 9] = [
+const HOLDERS: [(&str, &[u8]); 8] = [
     ("one", b"1"),
-    ("three", b"3"),
     ("minus", b"-1"),
     ("zero", b"0"),
     ("two", b"2"),
@@ -34,17 +33,8 @@ const HOLDERS: [(&str, &[u8]); 9] = [
 ];
 
 async fn answers(backend: &Backend, groups: &[&str]) -> Vec<Result<Acquire, String>> {
-    answers_to(backend, groups, Ask::Take).await
-}
-
-async fn answers_to(backend: &Backend, groups: &[&str], ask: Ask) -> Vec<Result<Acquire, String>> {
     let keys: Vec<GroupKeys> = groups.iter().map(|g| GroupKeys::new("leader", g)).collect();
-    let pairs: Vec<(&str, &GroupKeys, Ask)> = groups
-        .iter()
-        .copied()
-        .zip(&keys)
-        .map(|(g, k)| (g, k, ask))
-        .collect();
+    let pairs: Vec<(&str, &GroupKeys)> = groups.iter().copied().zip(&keys).collect();
     backend
         .acquire_many("me", TTL, &pairs)
         .await
@@ -73,7 +63,6 @@ fn shape(a: &Result<Acquire, String>) -> String {
         }
         Ok(Acquire::Won { .. }) => "won".to_owned(),
         Ok(Acquire::Paused) => "paused".to_owned(),
-        Ok(Acquire::Free) => "free".to_owned(),
         Err(_) => "error".to_owned(),
     }
 }
@@ -113,27 +102,6 @@ async fn every_group_answers_in_its_place_as_alone_on_both_paths() {
 
     let mut groups: Vec<&str> = HOLDERS.iter().map(|(g, _)| *g).collect();
     groups.extend(["forever", "junk", "free"]);
-    // Peeked at first: the same refusals in the same places, the free
-    // group (and the one with a junk record, whose lease is free too)
-    // answered free, nothing taken.
-    let peeked = answers_to(backend, &groups, Ask::Peek).await;
-    let n = HOLDERS.len();
-    for (i, (group, holder)) in HOLDERS.iter().enumerate() {
-        assert!(
-            matches!(&peeked[i], Ok(Acquire::Held { holder: h, pttl: Some(_) }) if *h == String::from_utf8_lossy(holder)),
-            "{group}: {peeked:?}"
-        );
-    }
-    assert_eq!(
-        shape(&peeked[n]),
-        r#"held by "x", expires: false"#,
-        "{peeked:?}"
-    );
-    assert_eq!(
-        peeked[n + 1..],
-        [Ok(Acquire::Free), Ok(Acquire::Free)],
-        "{peeked:?}"
-    );
     let check = |got: &[Result<Acquire, String>], groups: &[&str]| {
         assert_eq!(got.len(), groups.len(), "{got:?}");
         for (i, (group, holder)) in HOLDERS.iter().enumerate() {

@@ -8,7 +8,7 @@ use std::time::Duration;
 use leader_testkit::{FaultProxy, RedisServer, RedisServerBuilder};
 use tokio::time::Instant;
 
-use crate::backend::{Acquire, Ask, Backend, Op, SafeStart};
+use crate::backend::{Acquire, Backend, Op, SafeStart};
 use crate::names::GroupKeys;
 use crate::{Config, Runtime};
 
@@ -76,12 +76,7 @@ async fn attempt(backend: &Backend, groups: &[&str]) -> Vec<Result<Acquire, Stri
         };
         return vec![backend.acquire(&op, TTL).await.map_err(|e| e.to_string())];
     }
-    let pairs: Vec<(&str, &GroupKeys, Ask)> = groups
-        .iter()
-        .copied()
-        .zip(&keys)
-        .map(|(g, k)| (g, k, Ask::Take))
-        .collect();
+    let pairs: Vec<(&str, &GroupKeys)> = groups.iter().copied().zip(&keys).collect();
     backend
         .acquire_many("me", TTL, &pairs)
         .await
