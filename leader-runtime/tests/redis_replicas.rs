@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use leader_runtime::{Config, Event, Runtime};
-use leader_testkit::{RedisServer, RedisServerBuilder};
+use leader_testkit::RedisServer;
 use tokio::sync::broadcast::error::{RecvError, TryRecvError};
 use tokio::sync::broadcast::Receiver;
 use tokio::time::{timeout, Instant};
@@ -21,36 +21,33 @@ fn instance(primary: &RedisServer, id: &str, min_replicas: u32) -> Runtime {
 }
 
 async fn primary_with_replica() -> (RedisServer, RedisServer) {
-    replicated(RedisServer::builder()).await
+    RedisServer::builder().start_with_replica().await.unwrap()
 }
 
-/// The server `primary` builds, with one replica online.
-async fn replicated(primary: RedisServerBuilder) -> (RedisServer, RedisServer) {
-    // Diskless sync without its default 5 s wait for more replicas.
-    let primary = primary
-        .args(["--repl-diskless-sync-delay", "0"])
-        .start()
-        .await
-        .unwrap();
-    let replica = RedisServer::builder()
-        .args(["--replicaof", "127.0.0.1", &primary.port().to_string()])
-        .start()
-        .await
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let info = primary.cmd(&["INFO", "replication"]).await.unwrap();
-        let info = info.as_str().unwrap_or_default().to_owned();
-        if info.contains("connected_slaves:1") && info.contains("state=online") {
-            break;
+/// Waits, at most `limit`, until the status of each of `groups` on `rt`
+/// reports a last error that contains `needle`; panics with the status
+/// after that.
+async fn reported(rt: &Runtime, groups: &[&str], needle: &str, limit: Duration) {
+    let all = || {
+        let status = rt.status();
+        groups.iter().all(|g| {
+            status.iter().any(|s| {
+                s.group == *g && s.last_error.as_deref().is_some_and(|e| e.contains(needle))
+            })
+        })
+    };
+    timeout(limit, async {
+        while !all() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        primary.check(
-            Instant::now() < deadline,
-            format!("replica not online:\n{info}"),
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    (primary, replica)
+    })
+    .await
+    .unwrap_or_else(|_| {
+        panic!(
+            "{groups:?}: no error with {needle:?} reported: {:?}",
+            rt.status()
+        )
+    });
 }
 
 #[tokio::test]
@@ -150,21 +147,7 @@ async fn a_paused_reply_does_not_forget_an_unconfirmed_acquisition() {
     assert!(b.run_if_leader("two", || async {}).await.is_none());
     // (The process's first call may time out instead: it loads the script
     // and waits for the replicas twice.)
-    let unconfirmed = |b: &Runtime| {
-        b.status().iter().any(|s| {
-            s.group == "two"
-                && s.last_error
-                    .as_deref()
-                    .is_some_and(|e| e.contains("only 1 of min_replicas 2"))
-        })
-    };
-    timeout(ttl * 2, async {
-        while !unconfirmed(&b) {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await
-    .expect("the unconfirmed acquisition is reported");
+    reported(&b, &["two"], "only 1 of min_replicas 2", ttl * 2).await;
     // Paused (the key alone): the next acquire answers "paused".
     primary
         .cmd(&["HSET", "leader:{two}:paused", "by", "test"])
@@ -275,24 +258,8 @@ async fn unconfirmed_wins_in_a_batch_make_each_next_win_wait_one_ttl() {
     for g in &groups {
         b.is_leader(g);
     }
-    let all_unconfirmed = |b: &Runtime| {
-        let status = b.status();
-        groups.iter().all(|g| {
-            status.iter().any(|s| {
-                &s.group == g
-                    && s.last_error
-                        .as_deref()
-                        .is_some_and(|e| e.contains("only 0 of min_replicas 1"))
-            })
-        })
-    };
-    timeout(ttl * 3, async {
-        while !all_unconfirmed(&b) {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await
-    .expect("every unconfirmed acquisition is reported");
+    let names: Vec<&str> = groups.iter().map(String::as_str).collect();
+    reported(&b, &names, "only 0 of min_replicas 1", ttl * 3).await;
     // Paused (the keys alone): the next attempts answer "paused", which
     // must not forget the unconfirmed acquisitions.
     for g in &groups {
@@ -454,10 +421,11 @@ async fn elected_after_resume(
 /// once the lease had expired, began at once.
 #[tokio::test]
 async fn a_failed_wait_makes_the_next_win_wait_one_ttl() {
-    let (primary, _replica) = replicated(
-        RedisServer::builder().acl_user("app", "app-pw", ACL_RULES), // no +wait
-    )
-    .await;
+    let (primary, _replica) = RedisServer::builder()
+        .acl_user("app", "app-pw", ACL_RULES) // no +wait
+        .start_with_replica()
+        .await
+        .unwrap();
     let ttl = Duration::from_secs(2);
     let group = vec!["w".to_owned()];
     let url = format!("redis://app:app-pw@127.0.0.1:{}", primary.port());
@@ -466,21 +434,7 @@ async fn a_failed_wait_makes_the_next_win_wait_one_ttl() {
     assert!(b.run_if_leader("w", || async {}).await.is_none());
     // The acquisitions ran (the first one a safe start: no record yet),
     // each `WAIT` after them was refused.
-    let refused = |b: &Runtime| {
-        b.status().iter().any(|s| {
-            s.group == "w"
-                && s.last_error
-                    .as_deref()
-                    .is_some_and(|e| e.contains("permissions to run the 'wait'"))
-        })
-    };
-    timeout(ttl * 2, async {
-        while !refused(&b) {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await
-    .unwrap_or_else(|_| panic!("no refused WAIT reported: {:?}", b.status()));
+    reported(&b, &["w"], "permissions to run the 'wait'", ttl * 2).await;
     assert_eq!(
         primary.cmd(&["GET", "leader:{w}:lease"]).await.unwrap(),
         "b"

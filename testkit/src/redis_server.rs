@@ -180,6 +180,42 @@ impl RedisServerBuilder {
             format!("no free port after {FRESH_PORT_ATTEMPTS} attempts; last: {last_busy}"),
         ))
     }
+
+    /// Start this server and one replica of it (`--replicaof`, default
+    /// settings), and wait until the replica is online: its first sync is
+    /// done and `WAIT 1` can be answered. The primary syncs diskless
+    /// without its default 5 s wait for more replicas.
+    ///
+    /// # Errors
+    ///
+    /// As [`start`](Self::start), for either server, or the replica not
+    /// online within 10 s (the error holds the primary's replication info
+    /// and log).
+    pub async fn start_with_replica(self) -> io::Result<(RedisServer, RedisServer)> {
+        let primary = self
+            .args(["--repl-diskless-sync-delay", "0"])
+            .start()
+            .await?;
+        let replica = RedisServer::builder()
+            .args(["--replicaof", "127.0.0.1", &primary.port().to_string()])
+            .start()
+            .await?;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let info = primary.cmd(&["INFO", "replication"]).await?;
+            let info = info.as_str().unwrap_or_default().to_owned();
+            if info.contains("connected_slaves:1") && info.contains("state=online") {
+                return Ok((primary, replica));
+            }
+            if Instant::now() >= deadline {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("replica not online:\n{info}\n{}", primary.report()),
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
 }
 
 enum Launch {

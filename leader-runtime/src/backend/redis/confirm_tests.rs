@@ -5,8 +5,7 @@
 
 use std::time::Duration;
 
-use leader_testkit::{FaultProxy, RedisServer, RedisServerBuilder};
-use tokio::time::Instant;
+use leader_testkit::{FaultProxy, RedisServer};
 
 use crate::backend::{Acquire, Backend, Op, SafeStart};
 use crate::names::GroupKeys;
@@ -22,33 +21,6 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(2);
 const RULES: &str = "~leader:* &leader:released &leader:control +evalsha +eval \
     +script|load +get +set +pexpire +pttl +del +time +info +type +exists +hmget +hset \
     +publish +subscribe +ping";
-
-/// The server `primary` builds, with one replica online.
-async fn replicated(primary: RedisServerBuilder) -> (RedisServer, RedisServer) {
-    let primary = primary
-        .args(["--repl-diskless-sync-delay", "0"])
-        .start()
-        .await
-        .unwrap();
-    let replica = RedisServer::builder()
-        .args(["--replicaof", "127.0.0.1", &primary.port().to_string()])
-        .start()
-        .await
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let info = primary.cmd(&["INFO", "replication"]).await.unwrap();
-        let info = info.as_str().unwrap_or_default().to_owned();
-        if info.contains("connected_slaves:1") && info.contains("state=online") {
-            return (primary, replica);
-        }
-        primary.check(
-            Instant::now() < deadline,
-            format!("replica not online:\n{info}"),
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
 
 /// A runtime of instance "me" on `url` with `min_replicas(1)`, and
 /// [`CALL_TIMEOUT`].
@@ -111,8 +83,11 @@ async fn next_wins_wait_one_ttl(server: &RedisServer, backend: &Backend, calls: 
 /// `Early` re-claim.
 #[tokio::test]
 async fn a_refused_wait_marks_the_safe_starts_it_followed() {
-    let (server, _replica) =
-        replicated(RedisServer::builder().acl_user("app", "app-pw", RULES)).await;
+    let (server, _replica) = RedisServer::builder()
+        .acl_user("app", "app-pw", RULES)
+        .start_with_replica()
+        .await
+        .unwrap();
     let rt = runtime(format!("redis://app:app-pw@127.0.0.1:{}", server.port()));
     let backend = &rt.ctx().backend;
     let calls: [&[&str]; 2] = [&["lone"], &["b1", "b2", "b3"]];
@@ -137,7 +112,7 @@ async fn a_refused_wait_marks_the_safe_starts_it_followed() {
 /// old code: no group was, and the next win was an `Early` re-claim.
 #[tokio::test]
 async fn an_acquire_with_no_reply_marks_every_group_of_the_call() {
-    let (server, _replica) = replicated(RedisServer::builder()).await;
+    let (server, _replica) = RedisServer::builder().start_with_replica().await.unwrap();
     let proxy = FaultProxy::start(server.addr()).await.unwrap();
     let rt = runtime(proxy.url());
     let backend = &rt.ctx().backend;
