@@ -89,15 +89,26 @@ async fn cmd(conn: &mut RespConn, args: &[&str]) -> Reply {
     conn.cmd(args).await.unwrap()
 }
 
+/// `group`'s lease held by instance `other` for 10 s.
+async fn hold(conn: &mut RespConn, group: &str) {
+    let lease = format!("leader:{{{group}}}:lease");
+    cmd(conn, &["SET", &lease, "other", "PX", "10000"]).await;
+}
+
+/// A server whose user `app` runs the scripts under the documented ACL
+/// rules without `command` (as written there, e.g. `+exists`): the server,
+/// an admin connection and the app's.
+async fn acl_without(command: &str) -> (RedisServer, RespConn, RespConn) {
+    let rules = ACL_RULES.replace(&format!(" {command}"), "");
+    assert_ne!(rules, ACL_RULES, "{command} is not in the rules");
+    script_user(&rules).await
+}
+
 /// Sets up, on `conn`: `held` leased to `other` for 10 s, `mine` leased to
 /// `me` (a re-claim), `junk` with a record that holds no token, `wrong` with
 /// a lease key of the wrong type; `free` has no keys.
 async fn fixtures(conn: &mut RespConn) {
-    cmd(
-        conn,
-        &["SET", "leader:{held}:lease", "other", "PX", "10000"],
-    )
-    .await;
+    hold(conn, "held").await;
     cmd(conn, &["SET", "leader:{junk}:token", "not-a-token"]).await;
     cmd(conn, &["RPUSH", "leader:{wrong}:lease", "x"]).await;
     let first = acquire_many(conn, "me", &["mine", "held"]).await;
@@ -157,16 +168,8 @@ async fn one_call_answers_each_group_as_acquire_would_on_both_paths() {
 async fn a_paused_group_is_answered_paused_even_while_another_instance_holds_it() {
     let server = RedisServer::start().await.unwrap();
     let mut conn = server.connect().await.unwrap();
-    cmd(
-        &mut conn,
-        &["SET", "leader:{a}:lease", "other", "PX", "10000"],
-    )
-    .await;
-    cmd(
-        &mut conn,
-        &["SET", "leader:{b}:lease", "other", "PX", "10000"],
-    )
-    .await;
+    hold(&mut conn, "a").await;
+    hold(&mut conn, "b").await;
     // A key of any type pauses (record.lua), not only pause.lua's hash.
     cmd(&mut conn, &["SET", "leader:{b}:paused", "1"]).await;
     cmd(&mut conn, &["HSET", "leader:{c}:paused", "by", "test"]).await;
@@ -184,19 +187,9 @@ async fn a_paused_group_is_answered_paused_even_while_another_instance_holds_it(
 #[tokio::test]
 async fn without_exists_in_the_acl_the_pause_is_checked_group_by_group() {
     // The documented rules as earlier versions wrote them: no `+exists`.
-    let earlier = ACL_RULES.replace(" +exists", "");
-    assert_ne!(earlier, ACL_RULES);
-    let (_server, mut admin, mut app) = script_user(&earlier).await;
-    cmd(
-        &mut admin,
-        &["SET", "leader:{a}:lease", "other", "PX", "10000"],
-    )
-    .await;
-    cmd(
-        &mut admin,
-        &["SET", "leader:{b}:lease", "other", "PX", "10000"],
-    )
-    .await;
+    let (_server, mut admin, mut app) = acl_without("+exists").await;
+    hold(&mut admin, "a").await;
+    hold(&mut admin, "b").await;
     cmd(&mut admin, &["HSET", "leader:{b}:paused", "by", "test"]).await;
     // Those rules have no EXISTS.
     assert!(matches!(
@@ -219,11 +212,7 @@ async fn without_exists_in_the_acl_the_pause_is_checked_group_by_group() {
 #[tokio::test]
 async fn the_documented_acl_rules_run_a_batched_attempt_without_a_denial() {
     let (_server, mut admin, mut app) = script_user(ACL_RULES).await;
-    cmd(
-        &mut admin,
-        &["SET", "leader:{a}:lease", "other", "PX", "10000"],
-    )
-    .await;
+    hold(&mut admin, "a").await;
     let reply = acquire_many(&mut app, "me", &["a", "b"]).await;
     let parts = split(&reply);
     assert_eq!(held_by(parts[0]).0, "other", "{reply:?}");
@@ -276,14 +265,8 @@ async fn a_pause_past_the_first_500_groups_is_seen() {
 /// script's error fails the call, after it may have granted earlier groups).
 #[tokio::test]
 async fn a_refused_pttl_is_that_groups_error() {
-    let rules = ACL_RULES.replace(" +pttl", "");
-    assert_ne!(rules, ACL_RULES);
-    let (_server, mut admin, mut app) = script_user(&rules).await;
-    cmd(
-        &mut admin,
-        &["SET", "leader:{a}:lease", "other", "PX", "10000"],
-    )
-    .await;
+    let (_server, mut admin, mut app) = acl_without("+pttl").await;
+    hold(&mut admin, "a").await;
     let reply = acquire_many(&mut app, "me", &["a", "b"]).await;
     let parts = split(&reply);
     assert_eq!(parts.len(), 2, "{reply:?}");

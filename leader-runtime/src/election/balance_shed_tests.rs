@@ -120,6 +120,21 @@ async fn a_hand_over_for_the_balance_is_called_off_for_a_body_in_flight() {
     assert!(events.try_recv().is_err(), "one loss of z's: the hand-over");
 }
 
+/// `a` leads g0 and g1, then `b` joins both: at shares of 1 and 1, `a`
+/// hands one over and `b` takes it. That group, and when `a` handed it over.
+async fn b_takes_a_hand_over(a: &Runtime, b: &Runtime) -> (String, Instant) {
+    let two = &names()[..2];
+    join(a, two).await;
+    sleep(TTL).await;
+    assert!(leads(a, "g0") && leads(a, "g1"));
+    let mut handed = a.subscribe();
+    join(b, two).await;
+    let group = next_hand_over(&mut handed).await;
+    let handed_at = Instant::now();
+    until_leads(b, &group).await;
+    (group, handed_at)
+}
+
 /// A take-back after the group's taker released it cleanly (here: an
 /// operator's step-down of `b`, within `a`'s take-back window) is no
 /// hand-over in vain: `b` held the group, as its release notice says.
@@ -130,15 +145,8 @@ async fn a_hand_over_for_the_balance_is_called_off_for_a_body_in_flight() {
 async fn a_take_back_after_a_clean_release_elsewhere_is_not_in_vain() {
     let mem = MemoryBackend::new();
     let (a, b) = (balanced(&mem, "a"), balanced(&mem, "b"));
-    let two = &names()[..2];
-    join(&a, two).await;
-    sleep(TTL).await;
-    assert!(leads(&a, "g0") && leads(&a, "g1"));
-    let mut handed = a.subscribe();
-    join(&b, two).await;
-    // Shares 1 and 1: a hands one over, b takes it and steps down at once.
-    let group = next_hand_over(&mut handed).await;
-    until_leads(&b, &group).await;
+    let (group, _) = b_takes_a_hand_over(&a, &b).await;
+    // b steps down at once.
     b.step_down(&group).await.unwrap();
     until_leads(&a, &group).await;
     assert_eq!(in_vain(&a, &group), 0, "counted in vain");
@@ -154,17 +162,8 @@ async fn a_take_back_after_a_clean_release_elsewhere_is_not_in_vain() {
 async fn a_take_back_after_a_clean_release_elsewhere_is_not_in_vain_without_notices() {
     let mem = MemoryBackend::new();
     let (a, b) = (balanced(&mem, "a"), balanced(&mem, "b"));
-    let two = &names()[..2];
-    join(&a, two).await;
-    sleep(TTL).await;
-    assert!(leads(&a, "g0") && leads(&a, "g1"));
-    let mut handed = a.subscribe();
-    join(&b, two).await;
-    // Shares 1 and 1: a hands one over, b takes it and steps down at once,
-    // with the notices down.
-    let group = next_hand_over(&mut handed).await;
-    let handed_at = Instant::now();
-    until_leads(&b, &group).await;
+    let (group, handed_at) = b_takes_a_hand_over(&a, &b).await;
+    // b steps down at once, with the notices down.
     mem.set_notices_up(false);
     assert!(!a.ctx().notices_up.load(std::sync::atomic::Ordering::SeqCst));
     b.step_down(&group).await.unwrap();
