@@ -284,14 +284,15 @@ async fn unexpected_reply_types_to_renew_end_the_leadership() {
     let _serial = SERIAL.lock().await;
     let weird = unexpected();
     let n = weird.len() as u64;
-    // Acquire always wins (with a growing token and no wait, in the reply
-    // of protocol v2: {1, token as a decimal string, wait, why}), every
+    // Acquire always wins (with a growing token and no wait, in
+    // acquire.lua's reply: {1, token as a decimal string, wait, why, last},
+    // `last` empty: no record before), every
     // renew is nonsense.
     let fake = FakeRedis::start(Arc::new(move |op: Op, i: u64| match op {
         Op::Acquire => {
             let token = (1000 + i).to_string();
             format!(
-                "*4\r\n:1\r\n${}\r\n{token}\r\n:0\r\n$0\r\n\r\n",
+                "*5\r\n:1\r\n${}\r\n{token}\r\n:0\r\n$0\r\n\r\n$0\r\n\r\n",
                 token.len()
             )
             .into_bytes()
