@@ -305,20 +305,9 @@ async fn unconfirmed_wins_in_a_batch_make_each_next_win_wait_one_ttl() {
     // The records of the unconfirmed acquisitions may not be on the
     // replica: each next win waits one ttl, the "paused" replies in between
     // notwithstanding (without the rule: no wait, the leases expired).
-    let mut elected = std::collections::HashMap::new();
-    timeout(ttl * 4, async {
-        while elected.len() < groups.len() {
-            match events.recv().await {
-                Ok(Event::Elected { group, .. }) => {
-                    elected.entry(group).or_insert_with(|| resumed.elapsed());
-                }
-                Err(RecvError::Closed) => panic!("the runtime stopped"),
-                _ => {}
-            }
-        }
-    })
-    .await
-    .expect("b leads every group again once the replica acknowledges");
+    let elected = first_elected(&mut events, groups.len(), resumed, ttl * 4)
+        .await
+        .expect("b leads every group again once the replica acknowledges");
     for (group, took) in &elected {
         assert!(
             *took >= ttl,
@@ -381,6 +370,31 @@ async fn leases_expired(server: &RedisServer, groups: &[String], within: Duratio
     .unwrap_or_else(|_| panic!("the leases did not expire\n{}", server.report()));
 }
 
+/// How long after `from` `events` first reported each of `n` groups
+/// elected; `None` if not all within `limit`.
+async fn first_elected(
+    events: &mut Receiver<Event>,
+    n: usize,
+    from: Instant,
+    limit: Duration,
+) -> Option<std::collections::HashMap<String, Duration>> {
+    let mut elected = std::collections::HashMap::new();
+    timeout(limit, async {
+        while elected.len() < n {
+            match events.recv().await {
+                Ok(Event::Elected { group, .. }) => {
+                    elected.entry(group).or_insert_with(|| from.elapsed());
+                }
+                Err(RecvError::Closed) => panic!("the runtime stopped"),
+                _ => {}
+            }
+        }
+    })
+    .await
+    .ok()?;
+    Some(elected)
+}
+
 /// Resumes `groups` on `server` and returns how long after that `events`
 /// reported each one elected.
 async fn elected_after_resume(
@@ -396,21 +410,9 @@ async fn elected_after_resume(
     ) {}
     set_paused(server, groups, false).await;
     let resumed = Instant::now();
-    let mut elected = std::collections::HashMap::new();
-    timeout(within, async {
-        while elected.len() < groups.len() {
-            match events.recv().await {
-                Ok(Event::Elected { group, .. }) => {
-                    elected.entry(group).or_insert_with(|| resumed.elapsed());
-                }
-                Err(RecvError::Closed) => panic!("the runtime stopped"),
-                _ => {}
-            }
-        }
-    })
-    .await
-    .unwrap_or_else(|_| panic!("not every group led again\n{}", server.report()));
-    elected
+    first_elected(events, groups.len(), resumed, within)
+        .await
+        .unwrap_or_else(|| panic!("not every group led again\n{}", server.report()))
 }
 
 /// A `WAIT` that fails (here: the ACL user may not run it) confirms
