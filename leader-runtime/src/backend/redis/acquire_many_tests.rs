@@ -16,7 +16,7 @@ use crate::backend::{slot, Acquire, Backend, Op};
 use crate::names::GroupKeys;
 use crate::{Config, Runtime};
 
-const TTL: Duration = Duration::from_secs(5);
+pub(super) const TTL: Duration = Duration::from_secs(5);
 
 /// Holders written straight into lease keys: kinds of the flat reply
 /// (1 won, 0 held, 2 paused, -1 error), a word of it, separators, bytes
@@ -32,7 +32,9 @@ const HOLDERS: [(&str, &[u8]); 8] = [
     ("bytes", b"\xff\x00\x01"),
 ];
 
-async fn answers(backend: &Backend, groups: &[&str]) -> Vec<Result<Acquire, String>> {
+/// `me`'s attempts at `groups` in one `acquire_many` (for a single group,
+/// the backend's lone `acquire.lua` call), each error as text.
+pub(super) async fn answers(backend: &Backend, groups: &[&str]) -> Vec<Result<Acquire, String>> {
     let keys: Vec<GroupKeys> = groups.iter().map(|g| GroupKeys::new("leader", g)).collect();
     let pairs: Vec<(&str, &GroupKeys)> = groups.iter().copied().zip(&keys).collect();
     backend

@@ -7,11 +7,10 @@ use std::time::Duration;
 
 use leader_testkit::{FaultProxy, RedisServer};
 
-use crate::backend::{Acquire, Backend, Op, SafeStart};
-use crate::names::GroupKeys;
+use super::acquire_many_tests::{answers, TTL};
+use crate::backend::{Acquire, Backend, SafeStart};
 use crate::{Config, Runtime};
 
-const TTL: Duration = Duration::from_secs(5);
 /// Long enough for `WAIT` (given half of it) to hear the replica on a busy
 /// host.
 const CALL_TIMEOUT: Duration = Duration::from_secs(2);
@@ -37,33 +36,13 @@ fn runtime(url: String) -> Runtime {
     .unwrap()
 }
 
-/// One call for `groups`: a lone acquire for one, else `acquire_many`.
-async fn attempt(backend: &Backend, groups: &[&str]) -> Vec<Result<Acquire, String>> {
-    let keys: Vec<GroupKeys> = groups.iter().map(|g| GroupKeys::new("leader", g)).collect();
-    if let [group] = groups {
-        let op = Op {
-            group,
-            keys: &keys[0],
-            id: "me",
-        };
-        return vec![backend.acquire(&op, TTL).await.map_err(|e| e.to_string())];
-    }
-    let pairs: Vec<(&str, &GroupKeys)> = groups.iter().copied().zip(&keys).collect();
-    backend
-        .acquire_many("me", TTL, &pairs)
-        .await
-        .into_iter()
-        .map(|a| a.map_err(|e| e.to_string()))
-        .collect()
-}
-
 /// `me` re-claims each of `calls`' groups (its lease is still there), now
 /// with the replica acknowledging: each win waits one full ttl, for the
 /// unconfirmed acquisition before it (a re-claim alone would wait for
 /// less: the time its own first acquisition left, as `Early`).
 async fn next_wins_wait_one_ttl(server: &RedisServer, backend: &Backend, calls: &[&[&str]]) {
     for groups in calls {
-        for (group, got) in groups.iter().zip(attempt(backend, groups).await) {
+        for (group, got) in groups.iter().zip(answers(backend, groups).await) {
             match got {
                 Ok(Acquire::Won { wait, why, .. }) => assert!(
                     wait == TTL && why == SafeStart::Unvouched,
@@ -92,7 +71,7 @@ async fn a_refused_wait_marks_the_safe_starts_it_followed() {
     let backend = &rt.ctx().backend;
     let calls: [&[&str]; 2] = [&["lone"], &["b1", "b2", "b3"]];
     for groups in calls {
-        for (group, got) in groups.iter().zip(attempt(backend, groups).await) {
+        for (group, got) in groups.iter().zip(answers(backend, groups).await) {
             let e = got.expect_err("won without a WAIT");
             assert!(e.contains("permissions to run the 'wait'"), "{group}: {e}");
             let key = format!("leader:{{{group}}}:lease");
@@ -119,7 +98,7 @@ async fn an_acquire_with_no_reply_marks_every_group_of_the_call() {
     // Both scripts loaded (a `NOSCRIPT` reply that comes too late would
     // load nothing), on other groups.
     for groups in [&["x"][..], &["y1", "y2"]] {
-        for got in attempt(backend, groups).await {
+        for got in answers(backend, groups).await {
             assert!(matches!(got, Ok(Acquire::Won { .. })), "{got:?}");
         }
     }
@@ -129,7 +108,7 @@ async fn an_acquire_with_no_reply_marks_every_group_of_the_call() {
     // through.)
     proxy.delay(Duration::from_millis(1200));
     let calls: [&[&str]; 2] = [&["lone"], &["b1", "b2", "b3"]];
-    let (lone, batch) = tokio::join!(attempt(backend, calls[0]), attempt(backend, calls[1]));
+    let (lone, batch) = tokio::join!(answers(backend, calls[0]), answers(backend, calls[1]));
     for (group, got) in calls.concat().iter().zip(lone.into_iter().chain(batch)) {
         assert!(got.is_err(), "{group}: {got:?}");
     }
