@@ -2,9 +2,15 @@
 //! this task, else the process-wide one behind the free functions (set by
 //! [`init`], or from the environment on first use).
 
+use std::cell::Cell;
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock, PoisonError};
+use std::task::{Context, Poll};
+
+use pin_project_lite::pin_project;
+use tokio::task::futures::TaskLocalFuture;
 
 use crate::runtime::Runtime;
 use crate::{Config, Error, Result};
@@ -13,9 +19,14 @@ tokio::task_local! {
     static CURRENT_RUNTIME: Runtime;
 }
 
-/// Whether [`Runtime::scope`] was ever called: until then no task can have a
-/// scoped runtime, and the gate skips looking for one.
-static SCOPES_USED: AtomicBool = AtomicBool::new(false);
+thread_local! {
+    /// The id of the runtime in `CURRENT_RUNTIME` while a scope's future is
+    /// polled or dropped on this thread, else 0 (ids start at 1). The gate
+    /// reads it on every call: a `Copy` thread-local is one load, where the
+    /// task-local is an indirect call and a `RefCell` borrow (10 ns of the
+    /// scoped gate on an Intel Xeon guest, BENCHMARKS.md).
+    static SCOPED_ID: Cell<u64> = const { Cell::new(0) };
+}
 
 static GLOBAL: OnceLock<Runtime> = OnceLock::new();
 static AUTO_INIT: Mutex<()> = Mutex::new(());
@@ -118,8 +129,67 @@ impl Runtime {
     /// # }
     /// ```
     pub fn scope<F: Future>(&self, fut: F) -> impl Future<Output = F::Output> {
-        SCOPES_USED.store(true, Ordering::Release);
-        CURRENT_RUNTIME.scope(self.clone(), fut)
+        Scope {
+            fut: CURRENT_RUNTIME.scope(self.clone(), fut),
+            id: self.id(),
+            finished: false,
+            exit: None,
+        }
+    }
+}
+
+pin_project! {
+    /// [`Runtime::scope`]'s future: the task-local, and `SCOPED_ID` set
+    /// whenever the task-local is (while polled, and while dropped
+    /// unfinished: the task-local future drops its future inside its scope,
+    /// and a finished one has dropped it already).
+    struct Scope<F> {
+        #[pin]
+        fut: TaskLocalFuture<Runtime, F>,
+        id: u64,
+        finished: bool,
+        // Set by `drop`; dropped after `fut`, so `fut` drops inside.
+        exit: Option<EnterScope>,
+    }
+
+    impl<F> PinnedDrop for Scope<F> {
+        fn drop(this: Pin<&mut Self>) {
+            let this = this.project();
+            if !*this.finished {
+                *this.exit = Some(EnterScope::new(*this.id));
+            }
+        }
+    }
+}
+
+impl<F: Future> Future for Scope<F> {
+    type Output = F::Output;
+
+    #[inline]
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = self.project();
+        let _enter = EnterScope::new(*this.id);
+        let out = this.fut.poll(cx);
+        *this.finished = out.is_ready();
+        out
+    }
+}
+
+/// `SCOPED_ID` set for as long as this lives; the outer id comes back on
+/// drop, also when the future panics.
+struct EnterScope(u64);
+
+impl EnterScope {
+    #[inline]
+    fn new(id: u64) -> Self {
+        Self(SCOPED_ID.replace(id))
+    }
+}
+
+impl Drop for EnterScope {
+    #[inline]
+    fn drop(&mut self) {
+        SCOPED_ID.set(self.0);
     }
 }
 
@@ -131,10 +201,10 @@ pub(crate) fn scoped() -> Option<Runtime> {
 /// The id of the scoped runtime, without cloning it.
 #[inline]
 fn scoped_id() -> Option<u64> {
-    if !SCOPES_USED.load(Ordering::Acquire) {
-        return None;
+    match SCOPED_ID.get() {
+        0 => None,
+        id => Some(id),
     }
-    CURRENT_RUNTIME.try_with(Runtime::id).ok()
 }
 
 /// The runtime of this task: the scoped one, else the global one.
@@ -157,3 +227,6 @@ pub(crate) fn current_existing() -> Option<Runtime> {
 pub(crate) fn existing() -> Option<&'static Runtime> {
     GLOBAL.get()
 }
+
+#[cfg(test)]
+mod tests;
