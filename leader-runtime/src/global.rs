@@ -23,8 +23,8 @@ thread_local! {
     /// The id of the runtime in `CURRENT_RUNTIME` while a scope's future is
     /// polled or dropped on this thread, else 0 (ids start at 1). The gate
     /// reads it on every call: a `Copy` thread-local is one load, where the
-    /// task-local is an indirect call and a `RefCell` borrow (10 ns of the
-    /// scoped gate on an Intel Xeon guest, BENCHMARKS.md).
+    /// task-local is an indirect call and a `RefCell` borrow (about 5 ns of
+    /// the scoped gate on an Intel Xeon guest, BENCHMARKS.md).
     static SCOPED_ID: Cell<u64> = const { Cell::new(0) };
 }
 
