@@ -1,3 +1,4 @@
+use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex};
 
@@ -5,7 +6,7 @@ use futures_util::FutureExt;
 
 use super::{scoped, scoped_id};
 use crate::test_support::instance;
-use crate::MemoryBackend;
+use crate::{MemoryBackend, Runtime};
 
 /// The runtime ids the scope lookup (the gate's) and the task-local
 /// (`scoped()`, the free functions') see.
@@ -16,6 +17,11 @@ fn seen() -> Seen {
     (scoped_id(), scoped().map(|rt| rt.id()))
 }
 
+/// What both see inside `rt`'s scope.
+fn ids(rt: &Runtime) -> Seen {
+    (Some(rt.id()), Some(rt.id()))
+}
+
 /// The gate's cheap lookup of the scoped runtime agrees with the task-local
 /// at every step: the innermost scope decides, the outer one comes back when
 /// it returns (also across suspensions), nothing is seen outside or in a
@@ -24,7 +30,7 @@ fn seen() -> Seen {
 async fn the_gate_sees_the_innermost_scope_and_the_outer_one_after_it() {
     let mem = MemoryBackend::new();
     let (a, b) = (instance(&mem, "a"), instance(&mem, "b"));
-    let (ida, idb) = (Some(a.id()), Some(b.id()));
+    let (ida, idb) = (ids(&a), ids(&b));
     assert_eq!(seen(), (None, None));
     let b2 = b.clone();
     let steps = a
@@ -43,17 +49,7 @@ async fn the_gate_sees_the_innermost_scope_and_the_outer_one_after_it() {
             steps
         })
         .await;
-    assert_eq!(
-        steps,
-        [
-            (ida, ida),
-            (idb, idb),
-            (idb, idb),
-            (ida, ida),
-            (None, None),
-            (ida, ida)
-        ]
-    );
+    assert_eq!(steps, [ida, idb, idb, ida, (None, None), ida]);
     assert_eq!(seen(), (None, None));
     a.shutdown().await;
     b.shutdown().await;
@@ -68,6 +64,14 @@ impl Drop for Witness {
     }
 }
 
+/// A future in `rt`'s scope that never finishes and holds `witness`.
+fn pending_in(rt: &Runtime, witness: Witness) -> impl Future<Output = ()> + Send {
+    rt.scope(async move {
+        let _witness = witness;
+        std::future::pending::<()>().await
+    })
+}
+
 /// A scoped future dropped before it finished is dropped inside its scope
 /// (as the task-local does it), also inside another scope, which comes
 /// back after it; a panic inside leaves no scope behind.
@@ -76,30 +80,22 @@ async fn a_scoped_future_is_dropped_in_its_scope_and_a_panic_leaves_none() {
     let rt = instance(&MemoryBackend::new(), "a");
     let dropped = Arc::new(Mutex::new(Vec::new()));
     let witness = Witness(dropped.clone());
-    let pending = rt.scope(async move {
-        let _witness = witness;
-        std::future::pending::<()>().await
-    });
-    let mut pending = Box::pin(pending);
+    let mut pending = Box::pin(pending_in(&rt, witness));
     assert!(pending.as_mut().now_or_never().is_none());
     assert_eq!(seen(), (None, None));
     drop(pending);
-    assert_eq!(*dropped.lock().unwrap(), [(Some(rt.id()), Some(rt.id()))]);
+    assert_eq!(*dropped.lock().unwrap(), [ids(&rt)]);
 
     let other = instance(&MemoryBackend::new(), "b");
     let (witness, rt2) = (Witness(dropped.clone()), rt.clone());
     let after = other
         .scope(async move {
-            let mut inner = Box::pin(rt2.scope(async move {
-                let _witness = witness;
-                std::future::pending::<()>().await
-            }));
+            let mut inner = Box::pin(pending_in(&rt2, witness));
             assert!(inner.as_mut().now_or_never().is_none());
             drop(inner);
             seen()
         })
         .await;
-    let ids = |rt: &crate::Runtime| (Some(rt.id()), Some(rt.id()));
     assert_eq!(after, ids(&other));
     assert_eq!(dropped.lock().unwrap()[1], ids(&rt));
 
@@ -122,7 +118,6 @@ async fn a_scoped_future_is_dropped_in_its_scope_and_a_panic_leaves_none() {
 #[tokio::test(start_paused = true)]
 async fn a_scope_dropped_in_thread_local_teardown_is_seen_by_the_gate_alone() {
     use std::cell::RefCell;
-    use std::future::Future;
     use std::pin::Pin;
 
     type Held = RefCell<Option<Pin<Box<dyn Future<Output = ()> + Send>>>>;
@@ -136,10 +131,7 @@ async fn a_scope_dropped_in_thread_local_teardown_is_seen_by_the_gate_alone() {
     std::thread::spawn(move || {
         // Registered before tokio's thread-locals, so torn down after them.
         HOLD.with(|_| ());
-        let mut fut: Pin<Box<dyn Future<Output = ()> + Send>> = Box::pin(rt2.scope(async move {
-            let _witness = witness;
-            std::future::pending::<()>().await
-        }));
+        let mut fut: Pin<Box<dyn Future<Output = ()> + Send>> = Box::pin(pending_in(&rt2, witness));
         assert!(fut.as_mut().now_or_never().is_none());
         HOLD.with(|held| *held.borrow_mut() = Some(fut));
     })
