@@ -16,8 +16,9 @@ use std::time::Duration;
 
 use leader_testkit::{monotonic_now_ns, XorShift};
 use support::chaos::{check_fencing, heal_memory, inject, percentile, Fault};
+use support::checker::{parse_line, split_group, History, Line};
 use support::fleet::{Fleet, FleetConfig};
-use support::{ms, SERIAL};
+use support::{after, ms, sleep_until_ns, SERIAL};
 
 /// Start a proxied fleet with a store (or one on a Sentinel deployment for
 /// the faults that need it), settle it, inject `fault`, settle again, stop
@@ -220,6 +221,170 @@ const CLEAN_KEY: &str = "local t = redis.call('TYPE', KEYS[1]).ok \
     if t ~= 'string' and t ~= 'none' then return redis.call('DEL', KEYS[1]) end \
     if redis.call('GET', KEYS[1]) == 'intruder' then return redis.call('DEL', KEYS[1]) end \
     return 0";
+
+/// Issue 15: balanced leadership of many groups under faults, checked per
+/// group. Three balanced instances run 12 groups each (`GROUPS`). Each
+/// fault changes who can lead — kill -9 and then a newcomer in its place,
+/// SIGSTOP for two ttl, a partition of three ttl, SIGTERM and a newcomer —
+/// and after each the fleet settles back to 4 groups each, which takes
+/// hand-overs while the groups' bodies keep running. Then every group's
+/// history passes the checker: no two windows overlap, every gated run lies
+/// inside its window, tokens grow. `LEADER_CHAOS_ROUNDS` repeats the
+/// faults (default 1).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn balanced_groups_move_under_faults_without_two_leaders() {
+    const GROUPS: usize = 12;
+    let _serial = SERIAL.lock().await;
+    let rounds = env_u64("LEADER_CHAOS_ROUNDS", 1) as usize;
+    let mut cfg = FleetConfig::new()
+        .proxied()
+        .env("LEADER_BALANCE", "1")
+        .env("GROUPS", &GROUPS.to_string());
+    cfg.balanced = true;
+    let ttl = cfg.ttl;
+    let mut fleet = Fleet::start(cfg).await;
+    // Generous: a member hands over a few groups per membership round
+    // (one renew interval), after take-back windows of their own.
+    let limit = ttl * 30;
+    let mut settled = Vec::new();
+    settled.push(settle_shares(&fleet, GROUPS, limit).await);
+    for round in 0..rounds {
+        let [victim, stopped, cut] = [round % 3, (round + 1) % 3, (round + 2) % 3];
+        fleet.kill9(victim).await;
+        settled.push(settle_shares(&fleet, GROUPS, limit).await);
+        fleet.spawn(victim);
+        fleet.wait_ready(victim).await;
+        settled.push(settle_shares(&fleet, GROUPS, limit).await);
+
+        let at = fleet.pause(stopped);
+        sleep_until_ns(after(at, ttl * 2)).await;
+        fleet.resume(stopped);
+        settled.push(settle_shares(&fleet, GROUPS, limit).await);
+
+        fleet.proxies[cut].blackhole();
+        sleep_until_ns(after(monotonic_now_ns(), ttl * 3)).await;
+        fleet.proxies[cut].pass();
+        settled.push(settle_shares(&fleet, GROUPS, limit).await);
+
+        fleet.terminate(victim).await;
+        settled.push(settle_shares(&fleet, GROUPS, limit).await);
+        fleet.spawn(victim);
+        fleet.wait_ready(victim).await;
+        settled.push(settle_shares(&fleet, GROUPS, limit).await);
+    }
+    fleet.stop_all().await;
+    no_panics(&fleet);
+
+    let histories = History::per_group(&fleet.logs());
+    fleet.check(
+        histories.len() == GROUPS,
+        format!("{} groups logged, not {GROUPS}", histories.len()),
+    );
+    let (mut windows, mut runs, mut hand_overs) = (0, 0, 0);
+    for (group, history) in &histories {
+        history.assert_safe(&|| format!("group {group}\n{}", fleet.report()));
+        fleet.check(!history.runs.is_empty(), format!("{group}: no gated run"));
+        windows += history.windows.len();
+        runs += history.runs.len();
+        hand_overs += history
+            .windows
+            .iter()
+            .filter(|w| {
+                w.lost
+                    .as_ref()
+                    .is_some_and(|(why, _)| why == "stepped_down")
+            })
+            .count();
+    }
+    eprintln!(
+        "balanced groups: {rounds} round(s), {windows} leaderships, {runs} gated runs, \
+         {hand_overs} ended by a hand-over; settled after {settled:?}"
+    );
+    // Each newcomer and each member back from a fault took its 4 groups
+    // by hand-overs (the SIGTERM'd one's went at its release: not counted).
+    fleet.check(
+        hand_overs >= 8 * rounds,
+        format!("{hand_overs} hand-overs in {rounds} round(s)"),
+    );
+}
+
+/// What each live member of a fleet run with `GROUPS` leads by its own
+/// lines (its last `elected` or `lost` of each group): its slot, name, the
+/// groups, and how many lines that look read.
+fn led_by_member(fleet: &Fleet) -> Vec<(usize, String, Vec<String>, usize)> {
+    fleet
+        .live_slots()
+        .into_iter()
+        .map(|slot| {
+            let member = fleet.member(slot);
+            let lines = member.lines();
+            let mut last: BTreeMap<&str, bool> = BTreeMap::new();
+            for raw in &lines {
+                let (Some(group), _) = split_group(raw) else {
+                    continue;
+                };
+                match parse_line(raw) {
+                    Some(Line::Elected { .. }) => last.insert(group, true),
+                    Some(Line::Lost { .. }) => last.insert(group, false),
+                    _ => None,
+                };
+            }
+            let led = last.into_iter().filter(|(_, led)| *led);
+            let led = led.map(|(g, _)| g.to_owned()).collect();
+            (slot, member.name.clone(), led, lines.len())
+        })
+        .collect()
+}
+
+/// Waits until every one of `groups` groups is led by exactly one live
+/// member and each live member leads ⌊groups/n⌋ or ⌈groups/n⌉ of them, as
+/// its lines say; woken by each `elected` or `lost` line printed after a
+/// look. Returns how long it took.
+async fn settle_shares(fleet: &Fleet, groups: usize, limit: Duration) -> Duration {
+    let started = std::time::Instant::now();
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        let led = led_by_member(fleet);
+        let n = led.len();
+        let mut holders: BTreeMap<&str, usize> = BTreeMap::new();
+        for group in led.iter().flat_map(|(_, _, groups, _)| groups) {
+            *holders.entry(group).or_default() += 1;
+        }
+        let shares_ok = led
+            .iter()
+            .all(|(_, _, g, _)| g.len() == groups / n || g.len() == groups.div_ceil(n));
+        if holders.len() == groups && holders.values().all(|h| *h == 1) && shares_ok {
+            return started.elapsed();
+        }
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let read: Vec<_> = led
+            .iter()
+            .map(|(slot, _, _, read)| (*slot, *read))
+            .collect();
+        let woke = fleet
+            .wait_any_from(&read, left, |l| {
+                matches!(l, Line::Elected { .. } | Line::Lost { .. })
+            })
+            .await;
+        if woke.is_err() {
+            let shares: Vec<_> = led
+                .iter()
+                .map(|(_, m, g, _)| format!("{m}: {g:?}"))
+                .collect();
+            // Two leaders of a group never settle: say so first.
+            let violations: Vec<String> = History::per_group(&fleet.logs())
+                .iter()
+                .flat_map(|(group, h)| h.check().into_iter().map(move |v| format!("{group}: {v}")))
+                .collect();
+            fleet.fail(format!(
+                "not settled within {limit:?}: {}\n{} safety violation(s) so far:\n{}",
+                shares.join("; "),
+                violations.len(),
+                violations.join("\n")
+            ));
+        }
+    }
+}
 
 fn env_u64(name: &str, default: u64) -> u64 {
     match std::env::var(name) {

@@ -232,3 +232,54 @@ fn assert_safe_panics_on_a_violation() {
     ]);
     h.assert_safe(&String::new);
 }
+
+/// Lines of several groups (`GROUPS`): windows of different groups may
+/// overlap, windows of one group may not, and each group's tokens grow on
+/// their own.
+#[test]
+fn each_group_is_checked_on_its_own() {
+    let logs = vec![
+        log(
+            "a",
+            &[
+                "ready a 100 1000",
+                "@g-0 elected 10 2000 1100",
+                "@g-1 elected 3 2000 1100",
+                "@g-0 run 10 1190 1200 1250",
+                "@g-1 lost 3 stepped_down 1300",
+                "exit 2800",
+            ],
+        ),
+        log(
+            "b",
+            &[
+                "ready b 101 1000",
+                "@g-1 elected 4 2400 1400",
+                "@g-1 run 4 1490 1500 1550",
+            ],
+        ),
+    ];
+    let groups = History::per_group(&logs);
+    assert_eq!(groups.keys().collect::<Vec<_>>(), ["g-0", "g-1"]);
+    for (group, history) in &groups {
+        assert_eq!(history.check(), vec![], "{group}");
+    }
+    assert_eq!(groups["g-1"].windows.len(), 2);
+    // Read as one group, g-0's token 10 before g-1's 4 is a violation.
+    assert!(!History::from_logs(&logs).check().is_empty());
+    assert_eq!(
+        parse_line("@g-0 elected 10 2000 1100"),
+        parse_line("elected 10 2000 1100")
+    );
+
+    // b elected in g-1 while a still held it: caught in g-1 only.
+    let mut overlapping = logs.clone();
+    overlapping[1].lines[1] = "@g-1 elected 4 2400 1250".into();
+    overlapping[1].lines[2] = "@g-1 run 4 1260 1270 1280".into();
+    let groups = History::per_group(&overlapping);
+    assert_eq!(groups["g-0"].check(), vec![]);
+    assert!(matches!(
+        groups["g-1"].check().as_slice(),
+        [Violation::Overlap { by_ns: 50, .. }]
+    ));
+}

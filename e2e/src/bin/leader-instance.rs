@@ -19,6 +19,12 @@
 //! exit <at_ns>
 //! ```
 //!
+//! With `GROUPS=<n>` the instance runs the `n` groups `<GROUP>-0` to
+//! `<GROUP>-<n-1>` instead of one, ticks each of them in turn, and puts the
+//! group in front of each line of a group: `@<group> elected <token> …`
+//! (the checker's [`History::per_group`] reads them). No fenced store then:
+//! one store's token order is one group's.
+//!
 //! `at_ns` is when this process printed the line, except for `elected` and
 //! `lost`: there it is when the runtime logged the transition (see
 //! [`Transitions`]), which is within microseconds after the view really
@@ -33,6 +39,7 @@
 //! | `INSTANCE_ID` | the instance id in the lease | `instance-<pid>` |
 //! | `TTL_MS`, `RENEW_MS`, `RETRY_MS`, `CALL_TIMEOUT_MS` | [`Config`] | 1000, 200, 200, library default |
 //! | `GROUP` | the group | `chaos` (through `#[leader_only]`) |
+//! | `GROUPS` | run this many groups, `<GROUP>-0`, `<GROUP>-1`, …, each line of a group prefixed with `@<group> ` | one group, no prefix |
 //! | `TICK_MS` | how often the gated function is called | 50 |
 //! | `BODY_MS` | how long a gated body works before its write | 10 |
 //! | `STORE_ADDR` | `host:port` of a fenced store to write to from each body | none |
@@ -59,8 +66,10 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::broadcast;
+use tracing::span;
 use tracing_subscriber::filter;
-use tracing_subscriber::layer::{Layer, SubscriberExt};
+use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
+use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::util::SubscriberInitExt;
 
 /// The group of the attribute; `GROUP` set to anything else uses `run_if_leader`.
@@ -142,19 +151,20 @@ impl Clock {
 /// that follows there (a gated run admitted, the release sent to Redis).
 #[derive(Default)]
 struct Moments {
-    elected: HashMap<u64, u64>,
-    ended: HashMap<u64, u64>,
+    elected: HashMap<(String, u64), u64>,
+    ended: HashMap<(String, u64), u64>,
 }
 
 static MOMENTS: Mutex<Option<Moments>> = Mutex::new(None);
 
-fn moment(token: u64, elected: bool) -> Option<u64> {
+fn moment(group: &str, token: u64, elected: bool) -> Option<u64> {
     let mut moments = MOMENTS.lock().unwrap_or_else(PoisonError::into_inner);
     let moments = moments.as_mut()?;
+    let key = (group.to_owned(), token);
     if elected {
-        moments.elected.remove(&token)
+        moments.elected.remove(&key)
     } else {
-        moments.ended.remove(&token)
+        moments.ended.remove(&key)
     }
 }
 
@@ -169,6 +179,7 @@ struct Transitions;
 #[derive(Default)]
 struct Fields {
     message: Option<String>,
+    group: Option<String>,
     token: Option<u64>,
 }
 
@@ -179,29 +190,57 @@ impl tracing::field::Visit for Fields {
         }
     }
 
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        if field.name() == "group" {
+            self.group = Some(value.to_owned());
+        }
+    }
+
     fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
-        if field.name() == "message" {
-            self.message = Some(format!("{value:?}"));
+        match field.name() {
+            "message" => self.message = Some(format!("{value:?}")),
+            // `group = %name` on the election's span: Debug shows the name.
+            "group" => self.group = Some(format!("{value:?}")),
+            _ => {}
         }
     }
 }
 
-impl<S: tracing::Subscriber> Layer<S> for Transitions {
-    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+/// The group of an election's span, kept in the span's extensions.
+struct SpanGroup(String);
+
+impl<S> Layer<S> for Transitions
+where
+    S: tracing::Subscriber + for<'a> LookupSpan<'a>,
+{
+    fn on_new_span(&self, attrs: &span::Attributes<'_>, id: &span::Id, ctx: Context<'_, S>) {
+        let mut fields = Fields::default();
+        attrs.record(&mut fields);
+        if let (Some(group), Some(span)) = (fields.group, ctx.span(id)) {
+            span.extensions_mut().insert(SpanGroup(group));
+        }
+    }
+
+    fn on_event(&self, event: &tracing::Event<'_>, ctx: Context<'_, S>) {
         let at = monotonic_now_ns();
         let mut fields = Fields::default();
         event.record(&mut fields);
-        let (Some(message), Some(token)) = (fields.message, fields.token) else {
+        // The group is a field of the election's span, not of the event.
+        let group = ctx.event_scope(event).and_then(|mut scope| {
+            scope.find_map(|span| span.extensions().get::<SpanGroup>().map(|g| g.0.clone()))
+        });
+        let (Some(message), Some(group), Some(token)) = (fields.message, group, fields.token)
+        else {
             return;
         };
         let mut moments = MOMENTS.lock().unwrap_or_else(PoisonError::into_inner);
         let moments = moments.get_or_insert_with(Moments::default);
         match message.as_str() {
             "elected" => {
-                moments.elected.insert(token, at);
+                moments.elected.insert((group, token), at);
             }
             "stepped down" | "lost leadership" => {
-                moments.ended.insert(token, at);
+                moments.ended.insert((group, token), at);
             }
             _ => {}
         }
@@ -212,7 +251,7 @@ impl<S: tracing::Subscriber> Layer<S> for Transitions {
 /// stay in the order things happened.
 struct Log {
     clock: Clock,
-    group: String,
+    groups: Vec<String>,
     events: Mutex<broadcast::Receiver<Event>>,
 }
 
@@ -243,34 +282,47 @@ impl Log {
     }
 
     fn print(&self, event: &Event) {
-        if event.group() != self.group {
+        let group = event.group();
+        if !self.groups.iter().any(|g| g == group) {
             return;
         }
+        let tag = tag(group);
         let at = monotonic_now_ns();
         match event {
             Event::Elected {
                 token, valid_until, ..
             } => line(format_args!(
-                "elected {token} {} {}",
+                "{tag}elected {token} {} {}",
                 self.clock.ns(*valid_until),
-                moment(*token, true).unwrap_or(at)
+                moment(group, *token, true).unwrap_or(at)
             )),
             Event::Renewed {
                 token, valid_until, ..
             } => line(format_args!(
-                "renewed {token} {} {at}",
+                "{tag}renewed {token} {} {at}",
                 self.clock.ns(*valid_until)
             )),
             Event::Lost { token, reason, .. } => line(format_args!(
-                "lost {token} {reason} {}",
-                moment(*token, false).unwrap_or(at)
+                "{tag}lost {token} {reason} {}",
+                moment(group, *token, false).unwrap_or(at)
             )),
             Event::BackendError { message, .. } => {
                 let message = message.replace('\n', " ");
-                line(format_args!("backend_error {at} {message}"));
+                line(format_args!("{tag}backend_error {at} {message}"));
             }
             _ => {}
         }
+    }
+}
+
+/// What goes in front of a line of `group`: nothing with one group,
+/// `@<group> ` with `GROUPS`.
+fn tag(group: &str) -> String {
+    let many = SETTINGS.get().is_some_and(|s| s.many);
+    if many {
+        format!("@{group} ")
+    } else {
+        String::new()
     }
 }
 
@@ -319,6 +371,8 @@ struct Settings {
     instance_id: String,
     body: Duration,
     store: Option<String>,
+    /// `GROUPS` is set: lines carry their group.
+    many: bool,
 }
 
 static SETTINGS: OnceLock<Settings> = OnceLock::new();
@@ -337,7 +391,8 @@ async fn body() -> (u64, u64) {
         return (0, start);
     };
     let token = lease.token();
-    line(format_args!("begin {token} {start}"));
+    let tag = tag(lease.group());
+    line(format_args!("{tag}begin {token} {start}"));
     let settings = SETTINGS.get().unwrap_or_else(|| std::process::exit(4));
     tokio::time::sleep(settings.body).await;
     if let Some(addr) = &settings.store {
@@ -346,7 +401,7 @@ async fn body() -> (u64, u64) {
         let result = store_write(addr, &settings.instance_id, token, write_start).await;
         let write_end = monotonic_now_ns();
         line(format_args!(
-            "write {token} {believed} {result} {write_start} {write_end}"
+            "{tag}write {token} {believed} {result} {write_start} {write_end}"
         ));
     }
     (token, start)
@@ -368,7 +423,10 @@ async fn tick(group: &str) {
     if let Some((token, start)) = ran {
         log().drain();
         let end = monotonic_now_ns();
-        line(format_args!("run {token} {called} {start} {end}"));
+        line(format_args!(
+            "{}run {token} {called} {start} {end}",
+            tag(group)
+        ));
     }
 }
 
@@ -385,7 +443,8 @@ fn env_ms(name: &str, default: Option<u64>) -> Result<Option<Duration>, String> 
 fn print_stats(group: &str) {
     if let Some(s) = leader_runtime::stats(group) {
         line(format_args!(
-            "stats {} {} {} {} {}",
+            "{}stats {} {} {} {} {}",
+            tag(group),
             s.elected,
             s.acquire_attempts,
             s.renewals,
@@ -422,6 +481,20 @@ async fn run() -> Result<(), String> {
     let instance_id =
         std::env::var("INSTANCE_ID").unwrap_or_else(|_| format!("instance-{}", std::process::id()));
     let group = std::env::var("GROUP").unwrap_or_else(|_| DEFAULT_GROUP.to_owned());
+    let many = match std::env::var("GROUPS") {
+        Ok(n) => Some(
+            n.parse::<usize>()
+                .map_err(|e| format!("GROUPS={n:?}: {e}"))?,
+        ),
+        Err(_) => None,
+    };
+    let groups: Vec<String> = match many {
+        Some(n) => (0..n).map(|i| format!("{group}-{i}")).collect(),
+        None => vec![group],
+    };
+    if many.is_some() && std::env::var("STORE_ADDR").is_ok() {
+        return Err("STORE_ADDR with GROUPS: one store orders the tokens of one group".into());
+    }
     let tick_every = env_ms("TICK_MS", Some(50))?.unwrap_or_default();
     let stats_every = env_ms("STATS_MS", None)?;
     // A Sentinel deployment when its master name is set, else one URL.
@@ -451,6 +524,7 @@ async fn run() -> Result<(), String> {
         instance_id: instance_id.clone(),
         body: env_ms("BODY_MS", Some(10))?.unwrap_or_default(),
         store: std::env::var("STORE_ADDR").ok(),
+        many: many.is_some(),
     });
     let mut sigterm =
         signal(SignalKind::terminate()).map_err(|e| format!("SIGTERM handler: {e}"))?;
@@ -458,7 +532,7 @@ async fn run() -> Result<(), String> {
     let events = leader_runtime::subscribe();
     let log = LOG.get_or_init(|| Log {
         clock: Clock::sample(),
-        group: group.clone(),
+        groups: groups.clone(),
         events: Mutex::new(events),
     });
     // A second subscription only to be woken when events arrive; the lines
@@ -472,23 +546,25 @@ async fn run() -> Result<(), String> {
 
     // Gated calls on their own task, so events keep being printed while a
     // body runs (and a body is never dropped half-way by another branch).
-    let ticker_group = group.clone();
+    let ticker_groups = groups.clone();
     let ticker = tokio::spawn(async move {
         let mut ticks = tokio::time::interval(tick_every);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             ticks.tick().await;
-            tick(&ticker_group).await;
+            for group in &ticker_groups {
+                tick(group).await;
+            }
         }
     });
-    let stats_group = group.clone();
+    let stats_groups = groups.clone();
     let stats = stats_every.map(|every| {
         tokio::spawn(async move {
             let mut ticks = tokio::time::interval(every);
             ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 ticks.tick().await;
-                print_stats(&stats_group);
+                stats_groups.iter().for_each(|g| print_stats(g));
             }
         })
     });
@@ -519,7 +595,7 @@ async fn run() -> Result<(), String> {
         stats.abort();
     }
     log.drain();
-    print_stats(&group);
+    groups.iter().for_each(|g| print_stats(g));
     line(format_args!("exit {}", monotonic_now_ns()));
     Ok(())
 }

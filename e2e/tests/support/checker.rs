@@ -17,7 +17,8 @@
 //! (Stamping `lost` when the process printed it is not: the release can
 //! reach Redis, and the next leader be elected, before that print.)
 //!
-//! Safety, per group (each fleet elects one group):
+//! Safety, per group (a fleet elects one group, or with `GROUPS` several,
+//! whose lines carry their group: [`History::per_group`]):
 //! - no two windows overlap, across all processes;
 //! - every gated run starts inside the window of its own process and token
 //!   (the gate admits it between the `called` and `start` of its `run`
@@ -28,7 +29,7 @@
 //! Liveness: [`History::failover_after`] is how long after an instant the
 //! next leadership started; tests compare it to the fault's bound.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 
 /// The stdout lines of one instance process, with a name unique in the run.
@@ -122,9 +123,19 @@ fn num(word: Option<&str>) -> Option<u64> {
     word?.parse().ok()
 }
 
-/// Parse one line; `None` for anything that is not an event line.
+/// The group of a line of an instance run with `GROUPS` (`@<group> <line>`)
+/// and the line without it; `None` for a line of no group.
+pub fn split_group(line: &str) -> (Option<&str>, &str) {
+    match line.strip_prefix('@').and_then(|rest| rest.split_once(' ')) {
+        Some((group, rest)) => (Some(group), rest),
+        None => (None, line),
+    }
+}
+
+/// Parse one line, of whichever group; `None` for anything that is not an
+/// event line.
 pub fn parse_line(line: &str) -> Option<Line> {
-    let mut w = line.split(' ');
+    let mut w = split_group(line).1.split(' ');
     let kind = w.next()?;
     let parsed = match kind {
         "ready" => {
@@ -358,6 +369,29 @@ impl History {
         }
         history.windows.sort_by_key(|w| (w.start, w.token));
         history
+    }
+
+    /// One history per group, for instances run with `GROUPS`: each line
+    /// goes to the history of its group; lines of no group (`ready`,
+    /// `exit`) to none.
+    pub fn per_group(logs: &[ProcessLog]) -> BTreeMap<String, History> {
+        let mut split: BTreeMap<&str, Vec<ProcessLog>> = BTreeMap::new();
+        for log in logs {
+            let mut by_group: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+            for raw in &log.lines {
+                if let (Some(group), line) = split_group(raw) {
+                    by_group.entry(group).or_default().push(line.to_owned());
+                }
+            }
+            for (group, lines) in by_group {
+                let log = ProcessLog::new(log.name.clone(), lines);
+                split.entry(group).or_default().push(log);
+            }
+        }
+        split
+            .into_iter()
+            .map(|(group, logs)| (group.to_owned(), History::from_logs(&logs)))
+            .collect()
     }
 
     /// Every safety violation: overlaps, runs outside their window, tokens

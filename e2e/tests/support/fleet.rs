@@ -418,10 +418,28 @@ impl Fleet {
         timeout: Duration,
         pred: impl Fn(&Line) -> bool + Clone + Send + Sync + 'static,
     ) -> io::Result<(usize, Line)> {
+        let from = self
+            .live_slots()
+            .into_iter()
+            .map(|slot| (slot, index_after(&self.member(slot).lines(), t_ns)))
+            .collect::<Vec<_>>();
+        self.wait_any_from(&from, timeout, pred).await
+    }
+
+    /// Waits until the process of one of the `(slot, index)` pairs prints,
+    /// at that index or later, a line satisfying `pred`. (Lines are in the
+    /// order printed, but an `elected` or `lost` line carries the earlier
+    /// time of the transition: to miss no line printed after a look at the
+    /// lines, wait from the index that look ended at.)
+    pub async fn wait_any_from(
+        &self,
+        from: &[(usize, usize)],
+        timeout: Duration,
+        pred: impl Fn(&Line) -> bool + Clone + Send + Sync + 'static,
+    ) -> io::Result<(usize, Line)> {
         let mut waits = JoinSet::new();
-        for slot in self.live_slots() {
+        for &(slot, from) in from {
             let member = self.member(slot);
-            let from = index_after(&member.lines(), t_ns);
             let out = member.child.stdout().clone();
             let pred = pred.clone();
             waits.spawn(async move {
