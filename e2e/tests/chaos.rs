@@ -14,7 +14,7 @@ mod support;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use leader_testkit::{monotonic_now_ns, XorShift};
+use leader_testkit::{monotonic_now_ns, Persisted, XorShift};
 use support::chaos::{check_fencing, heal_memory, inject, percentile, Fault};
 use support::checker::{parse_line, split_group, History, Line};
 use support::fleet::{Fleet, FleetConfig};
@@ -225,60 +225,90 @@ const CLEAN_KEY: &str = "local t = redis.call('TYPE', KEYS[1]).ok \
 /// Issue 15: balanced leadership of many groups under faults, checked per
 /// group. Three balanced instances run 12 groups each (`GROUPS`). Each
 /// fault changes who can lead — kill -9 and then a newcomer in its place,
-/// SIGSTOP for two ttl, a partition of three ttl, SIGTERM and a newcomer —
-/// and after each the fleet settles back to 4 groups each, which takes
+/// SIGSTOP for two ttl, a partition of three ttl, SIGTERM and a newcomer,
+/// Redis restarted empty, Redis restarted from a snapshot 1.5 ttl old (every
+/// group's lease and record lost or restored at once, the membership too)
+/// — and after each the fleet settles back to 4 groups each, which takes
 /// hand-overs while the groups' bodies keep running. Then every group's
 /// history passes the checker: no two windows overlap, every gated run lies
 /// inside its window, tokens grow. `LEADER_CHAOS_ROUNDS` repeats the
-/// faults (default 1).
+/// faults (default 1); `LEADER_CHAOS_GROUPS` (default 12) and
+/// `LEADER_CHAOS_INSTANCES` (default 3, at least 3) size the fleet.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn balanced_groups_move_under_faults_without_two_leaders() {
-    const GROUPS: usize = 12;
     let _serial = SERIAL.lock().await;
     let rounds = env_u64("LEADER_CHAOS_ROUNDS", 1) as usize;
+    let groups = env_u64("LEADER_CHAOS_GROUPS", 12) as usize;
+    let instances = (env_u64("LEADER_CHAOS_INSTANCES", 3) as usize).max(3);
     let mut cfg = FleetConfig::new()
         .proxied()
         .env("LEADER_BALANCE", "1")
-        .env("GROUPS", &GROUPS.to_string());
+        .env("GROUPS", &groups.to_string());
     cfg.balanced = true;
+    cfg.instances = instances;
     let ttl = cfg.ttl;
     let mut fleet = Fleet::start(cfg).await;
     // Generous: a member hands over a few groups per membership round
     // (one renew interval), after take-back windows of their own.
     let limit = ttl * 30;
     let mut settled = Vec::new();
-    settled.push(settle_shares(&fleet, GROUPS, limit).await);
+    settled.push(settle_shares(&fleet, groups, limit).await);
     for round in 0..rounds {
-        let [victim, stopped, cut] = [round % 3, (round + 1) % 3, (round + 2) % 3];
+        let [victim, stopped, cut] = [0, 1, 2].map(|i| (round + i) % instances);
         fleet.kill9(victim).await;
-        settled.push(settle_shares(&fleet, GROUPS, limit).await);
+        settled.push(settle_shares(&fleet, groups, limit).await);
         fleet.spawn(victim);
         fleet.wait_ready(victim).await;
-        settled.push(settle_shares(&fleet, GROUPS, limit).await);
+        settled.push(settle_shares(&fleet, groups, limit).await);
 
         let at = fleet.pause(stopped);
         sleep_until_ns(after(at, ttl * 2)).await;
         fleet.resume(stopped);
-        settled.push(settle_shares(&fleet, GROUPS, limit).await);
+        settled.push(settle_shares(&fleet, groups, limit).await);
 
         fleet.proxies[cut].blackhole();
         sleep_until_ns(after(monotonic_now_ns(), ttl * 3)).await;
         fleet.proxies[cut].pass();
-        settled.push(settle_shares(&fleet, GROUPS, limit).await);
+        settled.push(settle_shares(&fleet, groups, limit).await);
 
         fleet.terminate(victim).await;
-        settled.push(settle_shares(&fleet, GROUPS, limit).await);
+        settled.push(settle_shares(&fleet, groups, limit).await);
         fleet.spawn(victim);
         fleet.wait_ready(victim).await;
-        settled.push(settle_shares(&fleet, GROUPS, limit).await);
+        settled.push(settle_shares(&fleet, groups, limit).await);
+
+        // Until a leader notices, the lines still say settled: wait for
+        // the first loss, then for the shares.
+        let read = fleet.lines_read();
+        fleet.redis_mut().restart().await.expect("Redis restarts");
+        wait_for_a_loss(&fleet, &read, limit).await;
+        settled.push(settle_shares(&fleet, groups, limit).await);
+
+        fleet
+            .redis()
+            .cmd(&["SAVE"])
+            .await
+            .expect("SAVE")
+            .ok()
+            .expect("SAVE ok");
+        let saved = monotonic_now_ns();
+        sleep_until_ns(after(saved, ttl * 3 / 2)).await;
+        let read = fleet.lines_read();
+        fleet
+            .redis_mut()
+            .restart_from(Persisted::Rdb)
+            .await
+            .expect("Redis restarts from its snapshot");
+        wait_for_a_loss(&fleet, &read, limit).await;
+        settled.push(settle_shares(&fleet, groups, limit).await);
     }
     fleet.stop_all().await;
     no_panics(&fleet);
 
     let histories = History::per_group(&fleet.logs());
     fleet.check(
-        histories.len() == GROUPS,
-        format!("{} groups logged, not {GROUPS}", histories.len()),
+        histories.len() == groups,
+        format!("{} groups logged, not {groups}", histories.len()),
     );
     let (mut windows, mut runs, mut hand_overs) = (0, 0, 0);
     for (group, history) in &histories {
@@ -286,32 +316,35 @@ async fn balanced_groups_move_under_faults_without_two_leaders() {
         fleet.check(!history.runs.is_empty(), format!("{group}: no gated run"));
         windows += history.windows.len();
         runs += history.runs.len();
-        hand_overs += history
-            .windows
-            .iter()
-            .filter(|w| {
-                w.lost
-                    .as_ref()
-                    .is_some_and(|(why, _)| why == "stepped_down")
-            })
-            .count();
+        hand_overs += history.hand_overs();
     }
     eprintln!(
         "balanced groups: {rounds} round(s), {windows} leaderships, {runs} gated runs, \
          {hand_overs} ended by a hand-over; settled after {settled:?}"
     );
-    // Each newcomer and each member back from a fault took its 4 groups
-    // by hand-overs (the SIGTERM'd one's went at its release: not counted).
+    // Each newcomer and each member back from a fault took its share by
+    // hand-overs (the SIGTERM'd one's groups went at its release: not
+    // counted): four times a round; two of them are a safe floor.
     fleet.check(
-        hand_overs >= 8 * rounds,
+        hand_overs >= 2 * (groups / instances) * rounds,
         format!("{hand_overs} hand-overs in {rounds} round(s)"),
     );
 }
 
-/// What each live member of a fleet run with `GROUPS` leads by its own
-/// lines (its last `elected` or `lost` of each group): its slot, name, the
-/// groups, and how many lines that look read.
-fn led_by_member(fleet: &Fleet) -> Vec<(usize, String, Vec<String>, usize)> {
+/// One live member of a fleet run with `GROUPS`, as its lines say.
+struct Member {
+    slot: usize,
+    name: String,
+    /// The groups whose last `elected` or `lost` line is `elected`.
+    led: Vec<String>,
+    /// How many lines this look read.
+    read: usize,
+    /// The latest time of a line read.
+    last_at: u64,
+}
+
+/// Each live member of a fleet run with `GROUPS`, by its own lines.
+fn members(fleet: &Fleet) -> Vec<Member> {
     fleet
         .live_slots()
         .into_iter()
@@ -319,57 +352,79 @@ fn led_by_member(fleet: &Fleet) -> Vec<(usize, String, Vec<String>, usize)> {
             let member = fleet.member(slot);
             let lines = member.lines();
             let mut last: BTreeMap<&str, bool> = BTreeMap::new();
+            let mut last_at = 0;
             for raw in &lines {
+                let parsed = parse_line(raw);
+                if let Some(line) = &parsed {
+                    last_at = last_at.max(line.time());
+                }
                 let (Some(group), _) = split_group(raw) else {
                     continue;
                 };
-                match parse_line(raw) {
+                match parsed {
                     Some(Line::Elected { .. }) => last.insert(group, true),
                     Some(Line::Lost { .. }) => last.insert(group, false),
                     _ => None,
                 };
             }
             let led = last.into_iter().filter(|(_, led)| *led);
-            let led = led.map(|(g, _)| g.to_owned()).collect();
-            (slot, member.name.clone(), led, lines.len())
+            Member {
+                slot,
+                name: member.name.clone(),
+                led: led.map(|(g, _)| g.to_owned()).collect(),
+                read: lines.len(),
+                last_at,
+            }
         })
         .collect()
 }
 
+/// Waits until a member prints a `lost` line after `read` (a fault that
+/// Redis alone sees: until then the lines look settled).
+async fn wait_for_a_loss(fleet: &Fleet, read: &[(usize, usize)], limit: Duration) {
+    let lost = fleet.wait_any_from(read, limit, |l| matches!(l, Line::Lost { .. }));
+    if let Err(e) = lost.await {
+        fleet.fail(format!("no leader lost its lease after the fault: {e}"));
+    }
+}
+
 /// Waits until every one of `groups` groups is led by exactly one live
 /// member and each live member leads ⌊groups/n⌋ or ⌈groups/n⌉ of them, as
-/// its lines say; woken by each `elected` or `lost` line printed after a
-/// look. Returns how long it took.
+/// its lines say, in lines that reach past the start of the wait (so that
+/// lines printed before a fault ended and read late cannot add up to a
+/// settled fleet; balanced instances print `stats` every renew interval);
+/// woken by each `elected`, `lost` or `stats` line printed after a look.
+/// Returns how long it took.
 async fn settle_shares(fleet: &Fleet, groups: usize, limit: Duration) -> Duration {
     let started = std::time::Instant::now();
+    let since = monotonic_now_ns();
     let deadline = tokio::time::Instant::now() + limit;
     loop {
-        let led = led_by_member(fleet);
-        let n = led.len();
+        let members = members(fleet);
+        let n = members.len().max(1);
         let mut holders: BTreeMap<&str, usize> = BTreeMap::new();
-        for group in led.iter().flat_map(|(_, _, groups, _)| groups) {
+        for group in members.iter().flat_map(|m| &m.led) {
             *holders.entry(group).or_default() += 1;
         }
-        let shares_ok = led
+        let shares_ok = members
             .iter()
-            .all(|(_, _, g, _)| g.len() == groups / n || g.len() == groups.div_ceil(n));
-        if holders.len() == groups && holders.values().all(|h| *h == 1) && shares_ok {
+            .all(|m| m.led.len() == groups / n || m.led.len() == groups.div_ceil(n));
+        let fresh = members.iter().all(|m| m.last_at >= since);
+        if holders.len() == groups && holders.values().all(|h| *h == 1) && shares_ok && fresh {
             return started.elapsed();
         }
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-        let read: Vec<_> = led
-            .iter()
-            .map(|(slot, _, _, read)| (*slot, *read))
-            .collect();
-        let woke = fleet
-            .wait_any_from(&read, left, |l| {
-                matches!(l, Line::Elected { .. } | Line::Lost { .. })
-            })
-            .await;
-        if woke.is_err() {
-            let shares: Vec<_> = led
+        let read: Vec<_> = members.iter().map(|m| (m.slot, m.read)).collect();
+        let changes = |l: &Line| {
+            matches!(
+                l,
+                Line::Elected { .. } | Line::Lost { .. } | Line::Stats { .. }
+            )
+        };
+        if fleet.wait_any_from(&read, left, changes).await.is_err() {
+            let shares: Vec<_> = members
                 .iter()
-                .map(|(_, m, g, _)| format!("{m}: {g:?}"))
+                .map(|m| format!("{}: {:?}", m.name, m.led))
                 .collect();
             // Two leaders of a group never settle: say so first.
             let violations: Vec<String> = History::per_group(&fleet.logs())

@@ -283,3 +283,44 @@ fn each_group_is_checked_on_its_own() {
         [Violation::Overlap { by_ns: 50, .. }]
     ));
 }
+
+/// A log that says it lost events, or an `elected` line without its
+/// transition time (its window may start too late), is not trusted: a
+/// malformed-log violation, in every group of the process for `lagged`.
+#[test]
+fn lagged_and_unstamped_logs_are_violations() {
+    let lagged = vec![log(
+        "a",
+        &[
+            "@g-0 elected 10 2000 1100",
+            "@g-1 elected 11 2000 1100",
+            "lagged 3 1200",
+        ],
+    )];
+    let groups = History::per_group(&lagged);
+    for group in ["g-0", "g-1"] {
+        assert!(
+            matches!(
+                groups[group].check().as_slice(),
+                [Violation::Malformed { .. }]
+            ),
+            "{group}: {:?}",
+            groups[group].check()
+        );
+    }
+    let unstamped = vec![log(
+        "a",
+        &["@g-0 elected 10 2000 1100", "@g-0 unstamped 10 1100"],
+    )];
+    assert!(matches!(
+        History::per_group(&unstamped)["g-0"].check().as_slice(),
+        [Violation::Malformed { .. }]
+    ));
+    assert_eq!(
+        parse_line("unstamped 10 1100"),
+        Some(Line::Unstamped {
+            token: 10,
+            at: 1100
+        })
+    );
+}

@@ -17,6 +17,8 @@
 //! backend_error <at_ns> <message>
 //! stats <elected> <acquire_attempts> <renewals> <renew_failures> <at_ns>
 //! exit <at_ns>
+//! lagged <n> <at_ns>                            n events were lost: distrust this log
+//! unstamped <token> <at_ns>                     no transition time for this `elected`
 //! ```
 //!
 //! With `GROUPS=<n>` the instance runs the `n` groups `<GROUP>-0` to
@@ -28,7 +30,11 @@
 //! `at_ns` is when this process printed the line, except for `elected` and
 //! `lost`: there it is when the runtime logged the transition (see
 //! [`Transitions`]), which is within microseconds after the view really
-//! turned on or off. The library's own log (`tracing`) goes to stderr.
+//! turned on or off. An `elected` whose transition time was not found
+//! (never expected) carries the print time, which may start the window too
+//! late and hide an overlap, so an `unstamped` line follows it, which the
+//! checker counts as a malformed log. The library's own log (`tracing`)
+//! goes to stderr.
 //!
 //! Environment:
 //!
@@ -225,12 +231,14 @@ where
         let at = monotonic_now_ns();
         let mut fields = Fields::default();
         event.record(&mut fields);
+        let (Some(message), Some(token)) = (fields.message, fields.token) else {
+            return;
+        };
         // The group is a field of the election's span, not of the event.
         let group = ctx.event_scope(event).and_then(|mut scope| {
             scope.find_map(|span| span.extensions().get::<SpanGroup>().map(|g| g.0.clone()))
         });
-        let (Some(message), Some(group), Some(token)) = (fields.message, group, fields.token)
-        else {
+        let Some(group) = group else {
             return;
         };
         let mut moments = MOMENTS.lock().unwrap_or_else(PoisonError::into_inner);
@@ -291,11 +299,17 @@ impl Log {
         match event {
             Event::Elected {
                 token, valid_until, ..
-            } => line(format_args!(
-                "{tag}elected {token} {} {}",
-                self.clock.ns(*valid_until),
-                moment(group, *token, true).unwrap_or(at)
-            )),
+            } => {
+                let stamped = moment(group, *token, true);
+                line(format_args!(
+                    "{tag}elected {token} {} {}",
+                    self.clock.ns(*valid_until),
+                    stamped.unwrap_or(at)
+                ));
+                if stamped.is_none() {
+                    line(format_args!("{tag}unstamped {token} {at}"));
+                }
+            }
             Event::Renewed {
                 token, valid_until, ..
             } => line(format_args!(
@@ -482,10 +496,11 @@ async fn run() -> Result<(), String> {
         std::env::var("INSTANCE_ID").unwrap_or_else(|_| format!("instance-{}", std::process::id()));
     let group = std::env::var("GROUP").unwrap_or_else(|_| DEFAULT_GROUP.to_owned());
     let many = match std::env::var("GROUPS") {
-        Ok(n) => Some(
-            n.parse::<usize>()
-                .map_err(|e| format!("GROUPS={n:?}: {e}"))?,
-        ),
+        Ok(n) => match n.parse::<usize>() {
+            Ok(0) => return Err("GROUPS=0: at least one group".into()),
+            Ok(n) => Some(n),
+            Err(e) => return Err(format!("GROUPS={n:?}: {e}")),
+        },
         Err(_) => None,
     };
     let groups: Vec<String> = match many {

@@ -100,6 +100,17 @@ pub enum Line {
     Exit {
         at: u64,
     },
+    /// `n` events were lost: the log cannot be trusted.
+    Lagged {
+        n: u64,
+        at: u64,
+    },
+    /// The `elected` line of `token` carries its print time, not the
+    /// transition's: its window may start too late.
+    Unstamped {
+        token: u64,
+        at: u64,
+    },
 }
 
 impl Line {
@@ -112,6 +123,8 @@ impl Line {
             | Line::Lost { at, .. }
             | Line::BackendError { at, .. }
             | Line::Stats { at, .. }
+            | Line::Lagged { at, .. }
+            | Line::Unstamped { at, .. }
             | Line::Exit { at } => *at,
             Line::Begin { start, .. } => *start,
             Line::Write { end, .. } | Line::Run { end, .. } => *end,
@@ -186,6 +199,14 @@ pub fn parse_line(line: &str) -> Option<Line> {
             at: num(w.next())?,
         },
         "exit" => Line::Exit { at: num(w.next())? },
+        "lagged" => Line::Lagged {
+            n: num(w.next())?,
+            at: num(w.next())?,
+        },
+        "unstamped" => Line::Unstamped {
+            token: num(w.next())?,
+            at: num(w.next())?,
+        },
         _ => return None,
     };
     Some(parsed)
@@ -362,6 +383,12 @@ impl History {
                         start,
                         end,
                     }),
+                    Line::Lagged { .. } => history
+                        .malformed
+                        .push(malformed("events were lost: the log is incomplete")),
+                    Line::Unstamped { .. } => history
+                        .malformed
+                        .push(malformed("an elected line without its transition time")),
                     _ => {}
                 }
             }
@@ -373,17 +400,24 @@ impl History {
 
     /// One history per group, for instances run with `GROUPS`: each line
     /// goes to the history of its group; lines of no group (`ready`,
-    /// `exit`) to none.
+    /// `exit`) to none, except `lagged` (the process lost events of any of
+    /// its groups), which goes to each of them.
     pub fn per_group(logs: &[ProcessLog]) -> BTreeMap<String, History> {
         let mut split: BTreeMap<&str, Vec<ProcessLog>> = BTreeMap::new();
         for log in logs {
             let mut by_group: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+            let mut lagged = Vec::new();
             for raw in &log.lines {
-                if let (Some(group), line) = split_group(raw) {
-                    by_group.entry(group).or_default().push(line.to_owned());
+                match split_group(raw) {
+                    (Some(group), line) => by_group.entry(group).or_default().push(line.to_owned()),
+                    (None, line) if matches!(parse_line(line), Some(Line::Lagged { .. })) => {
+                        lagged.push(line.to_owned());
+                    }
+                    _ => {}
                 }
             }
-            for (group, lines) in by_group {
+            for (group, mut lines) in by_group {
+                lines.extend(lagged.iter().cloned());
                 let log = ProcessLog::new(log.name.clone(), lines);
                 split.entry(group).or_default().push(log);
             }
@@ -456,6 +490,17 @@ impl History {
                 context()
             );
         }
+    }
+
+    /// How many leaderships ended in a hand-over (`stepped_down`: a
+    /// step-down, or a hand-over for the balance).
+    pub fn hand_overs(&self) -> usize {
+        let handed = |w: &&Window| {
+            w.lost
+                .as_ref()
+                .is_some_and(|(why, _)| why == "stepped_down")
+        };
+        self.windows.iter().filter(handed).count()
     }
 
     /// The first leadership that started at or after `t_ns`.

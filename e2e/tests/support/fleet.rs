@@ -410,8 +410,22 @@ impl Fleet {
         .await
     }
 
+    /// How many lines each live process printed so far, by slot: where
+    /// [`wait_any_from`](Self::wait_any_from) starts to miss nothing printed
+    /// after this look.
+    pub fn lines_read(&self) -> Vec<(usize, usize)> {
+        let slots = self.live_slots().into_iter();
+        slots
+            .map(|slot| (slot, self.member(slot).lines().len()))
+            .collect()
+    }
+
     /// Waits until some live process prints a line satisfying `pred`,
-    /// looking only at lines printed at or after `t_ns`.
+    /// looking only at lines stamped at or after `t_ns`. An `elected` or
+    /// `lost` line is stamped with the time of its transition, before it
+    /// is printed: one printed after `t_ns` may still be skipped. To wait
+    /// for what comes after a look at the lines, use
+    /// [`wait_any_from`](Self::wait_any_from).
     pub async fn wait_any_after(
         &self,
         t_ns: u64,
@@ -495,8 +509,11 @@ impl Fleet {
         loop {
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
             // Snapshot the largest token before looking for a leader: one
-            // elected in between is then either seen as leader or awaited.
-            let now = monotonic_now_ns();
+            // elected in between is then either seen as leader or awaited
+            // (from the lines read before the snapshot: its line carries
+            // the earlier time of the transition, so "printed after now"
+            // could miss it).
+            let read = self.lines_read();
             let max = self.max_token();
             let settled = |slot| !self.cfg.balanced || self.balanced_slot() == Some(slot);
             if let Some(slot) = self.leader_slot().filter(|s| settled(*s)) {
@@ -523,8 +540,8 @@ impl Fleet {
                 }
                 continue;
             }
-            self.wait_any_after(
-                now,
+            self.wait_any_from(
+                &read,
                 left,
                 move |l| matches!(l, Line::Elected { token, .. } if *token > max),
             )
