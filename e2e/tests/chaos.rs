@@ -227,7 +227,8 @@ const CLEAN_KEY: &str = "local t = redis.call('TYPE', KEYS[1]).ok \
 /// fault changes who can lead — kill -9 and then a newcomer in its place,
 /// SIGSTOP for two ttl, a partition of three ttl, SIGTERM and a newcomer,
 /// Redis restarted empty, Redis restarted from a snapshot 1.5 ttl old (every
-/// group's lease and record lost or restored at once, the membership too)
+/// group's lease lost at once, the records and the membership gone or
+/// restored)
 /// — and after each the fleet settles back to 4 groups each, which takes
 /// hand-overs while the groups' bodies keep running. Then every group's
 /// history passes the checker: no two windows overlap, every gated run lies
@@ -279,9 +280,9 @@ async fn balanced_groups_move_under_faults_without_two_leaders() {
 
         // Until a leader notices, the lines still say settled: wait for
         // the first loss, then for the shares.
-        let read = fleet.lines_read();
+        let (read, since) = (fleet.lines_read(), monotonic_now_ns());
         fleet.redis_mut().restart().await.expect("Redis restarts");
-        wait_for_a_loss(&fleet, &read, limit).await;
+        wait_for_a_loss(&fleet, &read, since, limit).await;
         settled.push(settle_shares(&fleet, groups, limit).await);
 
         fleet
@@ -293,13 +294,13 @@ async fn balanced_groups_move_under_faults_without_two_leaders() {
             .expect("SAVE ok");
         let saved = monotonic_now_ns();
         sleep_until_ns(after(saved, ttl * 3 / 2)).await;
-        let read = fleet.lines_read();
+        let (read, since) = (fleet.lines_read(), monotonic_now_ns());
         fleet
             .redis_mut()
             .restart_from(Persisted::Rdb)
             .await
             .expect("Redis restarts from its snapshot");
-        wait_for_a_loss(&fleet, &read, limit).await;
+        wait_for_a_loss(&fleet, &read, since, limit).await;
         settled.push(settle_shares(&fleet, groups, limit).await);
     }
     fleet.stop_all().await;
@@ -379,10 +380,12 @@ fn members(fleet: &Fleet) -> Vec<Member> {
         .collect()
 }
 
-/// Waits until a member prints a `lost` line after `read` (a fault that
-/// Redis alone sees: until then the lines look settled).
-async fn wait_for_a_loss(fleet: &Fleet, read: &[(usize, usize)], limit: Duration) {
-    let lost = fleet.wait_any_from(read, limit, |l| matches!(l, Line::Lost { .. }));
+/// Waits until a member prints, after `read`, a `lost` line of a loss at
+/// or after `since` (a fault that Redis alone sees: until then the lines
+/// look settled).
+async fn wait_for_a_loss(fleet: &Fleet, read: &[(usize, usize)], since: u64, limit: Duration) {
+    let lost = move |l: &Line| matches!(l, Line::Lost { at, .. } if *at >= since);
+    let lost = fleet.wait_any_from(read, limit, lost);
     if let Err(e) = lost.await {
         fleet.fail(format!("no leader lost its lease after the fault: {e}"));
     }
@@ -415,11 +418,11 @@ async fn settle_shares(fleet: &Fleet, groups: usize, limit: Duration) -> Duratio
         }
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
         let read: Vec<_> = members.iter().map(|m| (m.slot, m.read)).collect();
-        let changes = |l: &Line| {
-            matches!(
-                l,
-                Line::Elected { .. } | Line::Lost { .. } | Line::Stats { .. }
-            )
+        // `stats` lines matter only until every member's lines are fresh.
+        let changes = move |l: &Line| match l {
+            Line::Elected { .. } | Line::Lost { .. } => true,
+            Line::Stats { .. } => !fresh,
+            _ => false,
         };
         if fleet.wait_any_from(&read, left, changes).await.is_err() {
             let shares: Vec<_> = members

@@ -289,14 +289,12 @@ fn each_group_is_checked_on_its_own() {
 /// malformed-log violation, in every group of the process for `lagged`.
 #[test]
 fn lagged_and_unstamped_logs_are_violations() {
-    let lagged = vec![log(
-        "a",
-        &[
-            "@g-0 elected 10 2000 1100",
-            "@g-1 elected 11 2000 1100",
-            "lagged 3 1200",
-        ],
-    )];
+    // b printed no line of g-1 (nor of g-0) before it lagged.
+    let lagged = vec![
+        log("a", &["@g-0 elected 10 2000 1100"]),
+        log("b", &["@g-1 elected 11 2000 1100"]),
+        log("c", &["ready c 102 1000", "lagged 3 1200"]),
+    ];
     let groups = History::per_group(&lagged);
     for group in ["g-0", "g-1"] {
         assert!(

@@ -24,7 +24,7 @@
 //! With `GROUPS=<n>` the instance runs the `n` groups `<GROUP>-0` to
 //! `<GROUP>-<n-1>` instead of one, ticks each of them in turn, and puts the
 //! group in front of each line of a group: `@<group> elected <token> …`
-//! (the checker's [`History::per_group`] reads them). No fenced store then:
+//! (the checker's `History::per_group` in `e2e/tests/support` reads them). No fenced store then:
 //! one store's token order is one group's.
 //!
 //! `at_ns` is when this process printed the line, except for `elected` and
@@ -455,6 +455,9 @@ fn env_ms(name: &str, default: Option<u64>) -> Result<Option<Duration>, String> 
 }
 
 fn print_stats(group: &str) {
+    // The events so far first: a `stats` line then says the lines before
+    // it are complete up to its time.
+    log().drain();
     if let Some(s) = leader_runtime::stats(group) {
         line(format_args!(
             "{}stats {} {} {} {} {}",

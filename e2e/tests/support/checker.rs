@@ -401,9 +401,15 @@ impl History {
     /// One history per group, for instances run with `GROUPS`: each line
     /// goes to the history of its group; lines of no group (`ready`,
     /// `exit`) to none, except `lagged` (the process lost events of any of
-    /// its groups), which goes to each of them.
+    /// its groups), which goes to each group of the fleet.
     pub fn per_group(logs: &[ProcessLog]) -> BTreeMap<String, History> {
-        let mut split: BTreeMap<&str, Vec<ProcessLog>> = BTreeMap::new();
+        // Every group of the fleet first: a process that lost events may
+        // have printed no line of some group.
+        let mut split: BTreeMap<&str, Vec<ProcessLog>> = logs
+            .iter()
+            .flat_map(|log| log.lines.iter().filter_map(|raw| split_group(raw).0))
+            .map(|group| (group, Vec::new()))
+            .collect();
         for log in logs {
             let mut by_group: BTreeMap<&str, Vec<String>> = BTreeMap::new();
             let mut lagged = Vec::new();
@@ -416,10 +422,12 @@ impl History {
                     _ => {}
                 }
             }
-            for (group, mut lines) in by_group {
+            for (group, logs) in split.iter_mut() {
+                let mut lines = by_group.remove(group).unwrap_or_default();
                 lines.extend(lagged.iter().cloned());
-                let log = ProcessLog::new(log.name.clone(), lines);
-                split.entry(group).or_default().push(log);
+                if !lines.is_empty() {
+                    logs.push(ProcessLog::new(log.name.clone(), lines));
+                }
             }
         }
         split
