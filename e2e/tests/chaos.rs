@@ -224,13 +224,12 @@ const CLEAN_KEY: &str = "local t = redis.call('TYPE', KEYS[1]).ok \
 
 /// Issue 15: balanced leadership of many groups under faults, checked per
 /// group. Three balanced instances run 12 groups each (`GROUPS`). Each
-/// fault changes who can lead — kill -9 and then a newcomer in its place,
+/// fault changes who can lead: kill -9 and then a newcomer in its place,
 /// SIGSTOP for two ttl, a partition of three ttl, SIGTERM and a newcomer,
-/// Redis restarted empty, Redis restarted from a snapshot 1.5 ttl old (every
-/// group's lease lost at once, the records and the membership gone or
-/// restored)
-/// — and after each the fleet settles back to 4 groups each, which takes
-/// hand-overs while the groups' bodies keep running. Then every group's
+/// Redis restarted empty, Redis restarted from a snapshot 1.5 ttl old
+/// (every group's lease lost at once, the records and the membership gone
+/// or restored). After each the fleet settles back to 4 groups each, which
+/// takes hand-overs while the groups' bodies keep running. Then every group's
 /// history passes the checker: no two windows overlap, every gated run lies
 /// inside its window, tokens grow. `LEADER_CHAOS_ROUNDS` repeats the
 /// faults (default 1); `LEADER_CHAOS_GROUPS` (default 12) and
