@@ -394,9 +394,9 @@ impl ConfigBuilder {
     /// Worth it beyond spreading the work: with thousands of groups, a
     /// crash frees only the crashed instance's share, not every lease.
     /// When one instance leads all 5,000 groups of a 20-instance fleet on
-    /// one Redis, the survivors' 95,000 attempts at its expiry take Redis
-    /// and 2 cores several hundred ms past the `ttl` (p99 154–723 ms after
-    /// the expiry, depending on the CPU); balanced, the 250 of the crashed
+    /// one Redis, the survivors' 95,000 attempts at its expiry keep Redis
+    /// and 2 cores busy well past the `ttl` (p99 154–723 ms after the
+    /// expiry, depending on the CPU); balanced, the 250 of the crashed
     /// instance's share are led again within 17–54 ms of it (the 54 from
     /// the slowest host measured; `BENCHMARKS.md`, "A fleet on one Redis").
     ///
