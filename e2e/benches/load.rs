@@ -31,7 +31,10 @@
 //! leads ⌊G/N⌋ or ⌈G/N⌉ (all started at once; the shares read from Redis,
 //! `GET` of each lease, until they settle). Script calls/s and Redis CPU in
 //! steady state, then `kill -9` of the leader of `g0` right after its
-//! renewal, and the failover of each group it led.
+//! renewal, and the failover of each group it led: until the new leader's
+//! view began (the time the runtime logged `elected`, which is when the
+//! gate starts to admit), and, for comparison, until its `on_elected`
+//! callback ran (on the callbacks' thread, on a busy host later).
 //!
 //! `rebalance`: two balanced instance processes; `i0` leads every group
 //! alone, `i1` joins (the time until it leads its share), then `i1` stops
@@ -787,18 +790,27 @@ async fn crash_failover(
     // polls the measured Redis during the wave. Tells a late attempt (late
     // in Redis) from a late winner (late after Redis).
     let mut acquired: BTreeMap<usize, u64> = BTreeMap::new();
+    // When each winner's `on_elected` callback ran (its line's own time).
+    let mut callback_at: BTreeMap<usize, u64> = BTreeMap::new();
     while latencies.len() < led.len() && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
         for (i, (child, &from)) in children.iter().zip(&marks).enumerate() {
             if i == victim {
                 continue;
             }
-            for line in &child.stdout().snapshot()[from..] {
+            for line in &child.stdout().lines_from(from) {
                 let f: Vec<&str> = line.split_whitespace().collect();
-                if let ["elected", g, token, ns] = f.as_slice() {
+                if let ["elected", g, token, began, line_ns] = f.as_slice() {
                     let g: usize = g[1..].parse().expect("group index");
                     if expiry.contains_key(&g) {
-                        let ns: u64 = ns.parse().expect("ns");
+                        let ns: u64 = began.parse().unwrap_or_else(|_| {
+                            panic!("no transition time in {line:?}: the view's start is unknown")
+                        });
+                        let line_ns: u64 = line_ns.parse().expect("ns");
+                        callback_at
+                            .entry(g)
+                            .and_modify(|e| *e = (*e).min(line_ns))
+                            .or_insert(line_ns);
                         let token: u64 = token.parse().expect("token");
                         let at = clock.monotonic_of_unix_us(token);
                         latencies
@@ -861,7 +873,10 @@ async fn crash_failover(
     );
     println!(
         "{}",
-        summary("after the lease's expiry (Redis's clock)", &mut from_expiry)
+        summary(
+            "after the lease's expiry (Redis's clock) to the view",
+            &mut from_expiry
+        )
     );
     let mut in_redis: Vec<f64> = acquired.iter().map(|(g, &ns)| ms(ns, expiry[g])).collect();
     println!(
@@ -877,7 +892,18 @@ async fn crash_failover(
         .collect();
     println!(
         "{}",
-        summary("  of which: acquired -> elected line", &mut to_line)
+        summary("  of which: acquired -> view began", &mut to_line)
+    );
+    let mut callback: Vec<f64> = callback_at
+        .iter()
+        .map(|(g, &ns)| ms(ns, expiry[g]))
+        .collect();
+    println!(
+        "{}",
+        summary(
+            "after the expiry, to the on_elected callback",
+            &mut callback
+        )
     );
     println!(
         "{mode}: the wave (100 ms before the first expiry to 1 s after the last): {calls} evalsha calls, \

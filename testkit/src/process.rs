@@ -145,6 +145,15 @@ impl OutputLines {
         self.rx.borrow().clone()
     }
 
+    /// A copy of the lines from index `from` on (none if there are fewer).
+    pub fn lines_from(&self, from: usize) -> Vec<String> {
+        self.rx
+            .borrow()
+            .get(from..)
+            .map(<[String]>::to_vec)
+            .unwrap_or_default()
+    }
+
     /// The number of lines so far.
     pub fn len(&self) -> usize {
         self.rx.borrow().len()

@@ -9,6 +9,9 @@
 //! ready <group> <is_leader> <ns>      after the first round of each group (≤ 100 groups)
 //! all_ready <ns>                      after the first round of every group
 //! elected <group> <token> <ns>        (≤ 100 groups)
+//! elected <group> <token> <began_ns> <ns>   with --print-elected, every group: from the
+//!                                     on_elected callback; <began_ns> when the view began, as
+//!                                     the runtime logged it (leader_e2e::transitions), or -
 //! all_elected <ns>                    once this instance leads every group (polled every 10 ms)
 //! renewed <group> <ns>
 //! lost <group> <reason> <ns>
@@ -24,9 +27,11 @@
 use std::io::Write;
 use std::time::Duration;
 
+use leader_e2e::transitions;
 use leader_runtime::{Config, Event, Runtime};
 use leader_testkit::{monotonic_now_ns, ChildProcess};
 use tokio::io::AsyncWriteExt;
+use tracing_subscriber::layer::SubscriberExt;
 
 /// Options of an instance, as command-line flags.
 #[derive(Clone, Debug)]
@@ -39,7 +44,7 @@ pub struct InstanceArgs {
     /// Print `renewed` lines (off for many groups).
     pub print_renewals: bool,
     /// Print an `elected` line for every group, however many (from the
-    /// `on_elected` callback, which loses none).
+    /// `on_elected` callback, which loses none), with the view's start.
     pub print_elected: bool,
     /// Follower attempts one by one, as before they were batched (the
     /// `load scale` baseline).
@@ -134,11 +139,17 @@ async fn instance(args: InstanceArgs) {
         .renew_interval(args.renew)
         .instance_id(&args.id);
     if args.print_elected {
+        // The view's start, as the runtime logged it, in each line: the
+        // callback runs on a thread of its own, maybe milliseconds later.
+        let subscriber = tracing_subscriber::registry().with(transitions::layer());
+        tracing::subscriber::set_global_default(subscriber).expect("tracing subscriber");
         config = config.on_elected(|group, lease| {
+            let now = monotonic_now_ns();
+            let began = transitions::take_elected(group, lease.token());
             out(format_args!(
-                "elected {group} {} {}",
+                "elected {group} {} {} {now}",
                 lease.token(),
-                monotonic_now_ns()
+                began.map_or_else(|| "-".to_owned(), |ns| ns.to_string())
             ))
         });
     }

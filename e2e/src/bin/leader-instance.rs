@@ -29,7 +29,7 @@
 //!
 //! `at_ns` is when this process printed the line, except for `elected` and
 //! `lost`: there it is when the runtime logged the transition (see
-//! [`Transitions`]), which is within microseconds after the view really
+//! [`transitions`]), which is within microseconds after the view really
 //! turned on or off. An `elected` whose transition time was not found
 //! (never expected) carries the print time, which may start the window too
 //! late and hide an overlap, so an `unstamped` line follows it, which the
@@ -61,21 +61,17 @@
 //! body first prints the events pending on this process, so an `elected`
 //! line always precedes (in order and in time) the runs of its leadership.
 
-use std::collections::HashMap;
 use std::io::Write;
 use std::sync::{Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
+use leader_e2e::transitions::{self, monotonic_now_ns, take_elected, take_ended};
 use leader_runtime::{leader_only, Config, Event};
-use nix::time::{clock_gettime, ClockId};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::broadcast;
-use tracing::span;
-use tracing_subscriber::filter;
-use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
-use tracing_subscriber::registry::LookupSpan;
+use tracing_subscriber::layer::{Layer, SubscriberExt};
 use tracing_subscriber::util::SubscriberInitExt;
 
 /// The group of the attribute; `GROUP` set to anything else uses `run_if_leader`.
@@ -93,18 +89,6 @@ fn main() {
         }
     };
     std::process::exit(code);
-}
-
-/// Nanoseconds on `CLOCK_MONOTONIC`, the clock every process on the machine shares.
-fn monotonic_now_ns() -> u64 {
-    match clock_gettime(ClockId::CLOCK_MONOTONIC) {
-        // Both fields are non-negative for CLOCK_MONOTONIC.
-        Ok(ts) => ts.tv_sec() as u64 * 1_000_000_000 + ts.tv_nsec() as u64,
-        Err(e) => {
-            eprintln!("leader-instance: clock_gettime(CLOCK_MONOTONIC): {e}");
-            std::process::exit(3)
-        }
-    }
 }
 
 /// Converts tokio/std `Instant`s into `CLOCK_MONOTONIC` nanoseconds.
@@ -148,109 +132,6 @@ impl Clock {
         } else {
             self.base_ns
                 .saturating_sub((self.base - t).as_nanos() as u64)
-        }
-    }
-}
-
-/// When the election published or ended a view, by token: recorded by
-/// [`Transitions`] inside the election task itself, so before anything
-/// that follows there (a gated run admitted, the release sent to Redis).
-#[derive(Default)]
-struct Moments {
-    elected: HashMap<(String, u64), u64>,
-    ended: HashMap<(String, u64), u64>,
-}
-
-static MOMENTS: Mutex<Option<Moments>> = Mutex::new(None);
-
-fn moment(group: &str, token: u64, elected: bool) -> Option<u64> {
-    let mut moments = MOMENTS.lock().unwrap_or_else(PoisonError::into_inner);
-    let moments = moments.as_mut()?;
-    let key = (group.to_owned(), token);
-    if elected {
-        moments.elected.remove(&key)
-    } else {
-        moments.ended.remove(&key)
-    }
-}
-
-/// A tracing layer that notes the time of the runtime's own `elected`,
-/// `stepped down` and `lost leadership` log events. The runtime emits them
-/// synchronously right after turning its view on or off, so this time is
-/// within microseconds after the real transition — unlike the time this
-/// process gets around to printing the broadcast event, which can come after
-/// the release already reached Redis and the next leader was elected.
-struct Transitions;
-
-#[derive(Default)]
-struct Fields {
-    message: Option<String>,
-    group: Option<String>,
-    token: Option<u64>,
-}
-
-impl tracing::field::Visit for Fields {
-    fn record_u64(&mut self, field: &tracing::field::Field, value: u64) {
-        if field.name() == "token" {
-            self.token = Some(value);
-        }
-    }
-
-    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
-        if field.name() == "group" {
-            self.group = Some(value.to_owned());
-        }
-    }
-
-    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
-        match field.name() {
-            "message" => self.message = Some(format!("{value:?}")),
-            // `group = %name` on the election's span: Debug shows the name.
-            "group" => self.group = Some(format!("{value:?}")),
-            _ => {}
-        }
-    }
-}
-
-/// The group of an election's span, kept in the span's extensions.
-struct SpanGroup(String);
-
-impl<S> Layer<S> for Transitions
-where
-    S: tracing::Subscriber + for<'a> LookupSpan<'a>,
-{
-    fn on_new_span(&self, attrs: &span::Attributes<'_>, id: &span::Id, ctx: Context<'_, S>) {
-        let mut fields = Fields::default();
-        attrs.record(&mut fields);
-        if let (Some(group), Some(span)) = (fields.group, ctx.span(id)) {
-            span.extensions_mut().insert(SpanGroup(group));
-        }
-    }
-
-    fn on_event(&self, event: &tracing::Event<'_>, ctx: Context<'_, S>) {
-        let at = monotonic_now_ns();
-        let mut fields = Fields::default();
-        event.record(&mut fields);
-        let (Some(message), Some(token)) = (fields.message, fields.token) else {
-            return;
-        };
-        // The group is a field of the election's span, not of the event.
-        let group = ctx.event_scope(event).and_then(|mut scope| {
-            scope.find_map(|span| span.extensions().get::<SpanGroup>().map(|g| g.0.clone()))
-        });
-        let Some(group) = group else {
-            return;
-        };
-        let mut moments = MOMENTS.lock().unwrap_or_else(PoisonError::into_inner);
-        let moments = moments.get_or_insert_with(Moments::default);
-        match message.as_str() {
-            "elected" => {
-                moments.elected.insert((group, token), at);
-            }
-            "stepped down" | "lost leadership" => {
-                moments.ended.insert((group, token), at);
-            }
-            _ => {}
         }
     }
 }
@@ -300,7 +181,7 @@ impl Log {
             Event::Elected {
                 token, valid_until, ..
             } => {
-                let stamped = moment(group, *token, true);
+                let stamped = take_elected(group, *token);
                 line(format_args!(
                     "{tag}elected {token} {} {}",
                     self.clock.ns(*valid_until),
@@ -318,7 +199,7 @@ impl Log {
             )),
             Event::Lost { token, reason, .. } => line(format_args!(
                 "{tag}lost {token} {reason} {}",
-                moment(group, *token, false).unwrap_or(at)
+                take_ended(group, *token).unwrap_or(at)
             )),
             Event::BackendError { message, .. } => {
                 let message = message.replace('\n', " ");
@@ -481,9 +362,7 @@ async fn instance() -> i32 {
                 .with_ansi(false)
                 .with_filter(log_filter),
         )
-        .with(Transitions.with_filter(filter::filter_fn(|m| {
-            m.target().starts_with("leader_runtime") && *m.level() <= tracing::Level::INFO
-        })))
+        .with(transitions::layer())
         .init();
     match run().await {
         Ok(()) => 0,
