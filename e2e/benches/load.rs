@@ -7,6 +7,7 @@
 //! cargo bench -p leader-e2e --bench load -- many [--groups 10000] [--secs 60] [--ttl-ms 15000] [--renew-ms 5000]
 //! cargo bench -p leader-e2e --bench load -- scale [--groups 5000] [--instances 20] [--secs 60]
 //!     [--ttl-ms 15000] [--renew-ms 5000] [--modes batched,unbatched] [--crash true] [--balance]
+//!     [--crashes 1]
 //! cargo bench -p leader-e2e --bench load -- rebalance [--groups 1000] [--ttl-ms 15000] [--renew-ms 5000]
 //! cargo bench -p leader-e2e --bench load -- scripts [--dirs DIR,DIR] [--rounds 5]
 //! ```
@@ -34,7 +35,10 @@
 //! renewal, and the failover of each group it led: until the new leader's
 //! view began (the time the runtime logged `elected`, which is when the
 //! gate starts to admit), and, for comparison, until its `on_elected`
-//! callback ran (on the callbacks' thread, on a busy host later).
+//! callback ran (on the callbacks' thread, on a busy host later). With
+//! `--balance`, `--crashes N` kills N instances one after the other (the
+//! leader of `g0` each time, once the shares settled again at one member
+//! fewer), and sums up the N waves: more samples from one fleet's settling.
 //!
 //! `rebalance`: two balanced instance processes; `i0` leads every group
 //! alone, `i1` joins (the time until it leads its share), then `i1` stops
@@ -418,6 +422,9 @@ async fn scale(args: &[String]) {
     let renew = Duration::from_millis(flag_or(args, "--renew-ms", 5_000));
     let modes: String = flag_or(args, "--modes", "batched,unbatched".to_owned());
     let crash: bool = flag_or(args, "--crash", true);
+    // With `--balance`: crash this many instances, one after the other,
+    // each once the shares settled again.
+    let crashes: usize = flag_or(args, "--crashes", 1);
     // `--balance` alone, or `--balance true|false`.
     let balance = args.iter().any(|a| a == "--balance")
         && flag(args, "--balance").as_deref() != Some("false");
@@ -551,9 +558,32 @@ async fn scale(args: &[String]) {
             holders1.iter().filter(|h| h.is_none()).count(),
             share_text(&holders1)
         );
-        if crash {
-            let victim = crash_failover(&server, &mut children, groups, ttl, mode).await;
+        // Several crashes only with balanced leadership, where each frees
+        // one share: more samples from one fleet's settling.
+        let crashes = match (crash, balance) {
+            (false, _) => 0,
+            (true, false) => 1,
+            (true, true) => crashes.min(instances - 1),
+        };
+        let mut after_expiry = Vec::new();
+        for n in 0..crashes {
+            if n > 0 {
+                let settled = settle_shares(&server, groups, children.len(), ttl * 40).await;
+                println!("## {mode}: before crash {}: {settled}", n + 1);
+            }
+            let (victim, samples) = crash_failover(&server, &mut children, groups, ttl, mode).await;
             children.remove(victim);
+            after_expiry.extend(samples);
+        }
+        if crashes > 1 {
+            println!("{SUMMARY_HEADER}");
+            println!(
+                "{}",
+                summary(
+                    &format!("{crashes} crashes: after the lease's expiry to the view"),
+                    &mut after_expiry
+                )
+            );
         }
         for child in children {
             stop(child).await;
@@ -719,7 +749,7 @@ async fn crash_failover(
     groups: usize,
     ttl: Duration,
     mode: &str,
-) -> usize {
+) -> (usize, Vec<f64>) {
     let holders = lease_holders(server, groups).await;
     let victim_id = holders[0].clone().expect("g0 has a leader");
     let victim: usize = victim_id[1..].parse().expect("instance index");
@@ -860,6 +890,7 @@ async fn crash_failover(
     let ms = |ns: u64, from: u64| (ns as f64 - from as f64) / 1e6;
     let mut from_kill: Vec<f64> = latencies.values().map(|&ns| ms(ns, killed)).collect();
     let mut from_expiry: Vec<f64> = latencies.iter().map(|(g, &ns)| ms(ns, expiry[g])).collect();
+    let samples = from_expiry.clone();
     println!(
         "{mode}: kill -9 of {victim_id} -> each of its groups' next leader ({} of {} groups re-elected; bound: ttl + 50 ms = {} ms from the kill, 50 ms from the expiry)",
         from_kill.len(),
@@ -914,7 +945,7 @@ async fn crash_failover(
         survivor_cpu * 1e3,
         std::thread::available_parallelism().map_or(0, |n| n.get()),
     );
-    victim
+    (victim, samples)
 }
 
 async fn rebalance(args: &[String]) {
