@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tokio::time::{sleep_until, Instant};
 
-use crate::backend::{self, Acquire, FollowAt, Op, Renew, SafeStart};
+use crate::backend::{self, Acquire, Op, Renew, SafeStart};
 use crate::balance::{hold_for, take_back_after, Balance, SHARE_GRACE, VAIN_HAND_OVERS};
 use crate::ctx::{Callback, Ctx};
 use crate::events::{Event, LostReason};
@@ -41,25 +41,6 @@ struct TakeBack {
     /// The token of the leadership handed over: still the record's last
     /// token when the take-back wins if nobody held the group since.
     released: u64,
-}
-
-/// How a follower's wait for its next attempt ended.
-enum Awaited {
-    /// The batcher made the attempt (registered ahead): its answer.
-    Answer(backend::Answer),
-    /// Woken up (the attempt's instant, a release notice, a request, a
-    /// command): attempt now.
-    Woken,
-    /// The runtime stops.
-    Stop,
-}
-
-/// What woke a follower waiting for a registered attempt.
-enum Woke {
-    Notice,
-    Request,
-    /// Only looked at: `wait` takes it.
-    StopOrCommand,
 }
 
 /// Whether the election goes on after a leadership ended.
@@ -183,80 +164,66 @@ impl Election {
     /// Campaign until we win (`Some`) or the runtime stops (`None`).
     async fn follow(&mut self) -> Option<Won> {
         let retry = self.ctx.config.retry_interval;
-        // The answer to an attempt registered with the batcher (see
-        // `await_registered`), and when it was sent.
-        let mut registered: Option<backend::Answer> = None;
         loop {
-            let (result, sent) = match registered.take() {
-                // Counted when its answer came: an attempt withdrawn before
-                // it went out was never sent.
-                Some(answer) => {
-                    self.group.counters.acquire_attempt();
-                    metrics::acquire_attempt(&self.group.name);
-                    answer
+            // Out of the race, a group is not one this instance could take.
+            self.count_campaign(self.group.control.eligible());
+            if !self.group.control.eligible() {
+                self.taking_back = None;
+                self.group.control.mark_first_round();
+                if !self.sit_out().await {
+                    return None;
                 }
-                None => {
-                    // Out of the race, a group is not one this instance could take.
-                    self.count_campaign(self.group.control.eligible());
-                    if !self.group.control.eligible() {
-                        self.taking_back = None;
-                        self.group.control.mark_first_round();
-                        if !self.sit_out().await {
-                            return None;
-                        }
-                        continue;
-                    }
-                    if let Some(until) = self.cooldown_until.take() {
-                        tracing::debug!("stepped down: out of the race until the cooldown ends or another instance releases");
-                        // Operators' requests (a resume, a repeated step-down) do not
-                        // end it: the instance would win again at once.
-                        if !self.wait(until, false).await {
-                            return None;
-                        }
-                        if self.noticed {
-                            if self.taking_back.take().is_some() {
-                                tracing::debug!("another instance took the group handed over for the balance and released it: campaigning as usual");
-                            }
-                        } else if Instant::now() < until {
-                            // A `set_eligible` ended the wait early: the loop
-                            // checks the eligibility, the cooldown goes on (else
-                            // the next attempt would come at once, and a take-back
-                            // before its window). Leaving the race ends it.
-                            self.cooldown_until = Some(until);
-                        }
-                        continue;
-                    }
-                    if std::mem::take(&mut self.noticed)
-                        && self.balance.as_ref().is_some_and(|b| b.at_share())
-                    {
-                        // Balanced: at our share already, let an instance below its
-                        // share take the released lease first — unless a fresh
-                        // membership round says we are below ours now (a clean
-                        // leaver leaves before it releases).
-                        if !self.share_grace().await {
-                            return None;
-                        }
-                        self.noticed = false;
-                    }
-                    let sent = Instant::now();
-                    self.group.counters.acquire_attempt();
-                    metrics::acquire_attempt(&self.group.name);
-                    // Batched with the attempts of this runtime's other groups due
-                    // at the same instant (one script call per hash slot).
-                    let result = self
-                        .call(
-                            self.ctx.config.call_timeout,
-                            self.ctx.attempts.acquire(
-                                &self.group.name,
-                                &self.keys,
-                                &self.ctx.config.instance_id,
-                                self.ctx.config.ttl,
-                            ),
-                        )
-                        .await;
-                    (result, sent)
+                continue;
+            }
+            if let Some(until) = self.cooldown_until.take() {
+                tracing::debug!("stepped down: out of the race until the cooldown ends or another instance releases");
+                // Operators' requests (a resume, a repeated step-down) do not
+                // end it: the instance would win again at once.
+                if !self.wait(until, false).await {
+                    return None;
                 }
-            };
+                if self.noticed {
+                    if self.taking_back.take().is_some() {
+                        tracing::debug!("another instance took the group handed over for the balance and released it: campaigning as usual");
+                    }
+                } else if Instant::now() < until {
+                    // A `set_eligible` ended the wait early: the loop
+                    // checks the eligibility, the cooldown goes on (else
+                    // the next attempt would come at once, and a take-back
+                    // before its window). Leaving the race ends it.
+                    self.cooldown_until = Some(until);
+                }
+                continue;
+            }
+            if std::mem::take(&mut self.noticed)
+                && self.balance.as_ref().is_some_and(|b| b.at_share())
+            {
+                // Balanced: at our share already, let an instance below its
+                // share take the released lease first — unless a fresh
+                // membership round says we are below ours now (a clean
+                // leaver leaves before it releases).
+                if !self.share_grace().await {
+                    return None;
+                }
+                self.noticed = false;
+            }
+            let sent = Instant::now();
+            self.group.counters.acquire_attempt();
+            metrics::acquire_attempt(&self.group.name);
+            let ttl = self.ctx.config.ttl;
+            // Batched with the attempts of this runtime's other groups due
+            // at the same instant (one script call per hash slot).
+            let result = self
+                .call(
+                    self.ctx.config.call_timeout,
+                    self.ctx.attempts.acquire(
+                        &self.group.name,
+                        &self.keys,
+                        &self.ctx.config.instance_id,
+                        ttl,
+                    ),
+                )
+                .await;
             let received = Instant::now();
             let next = match result {
                 Ok(Acquire::Won {
@@ -311,86 +278,16 @@ impl Election {
                     received + retry
                 }
             };
-            self.group.control.mark_first_round();
             // On the attempt grid: the groups due together go as one call.
-            let follow = self.ctx.attempts.follow_at(next);
-            match self.await_attempt(follow).await {
-                Awaited::Answer(answer) => registered = Some(answer),
-                Awaited::Stop => return None,
-                Awaited::Woken => {
-                    if self.noticed {
-                        // Another instance held the group and released it.
-                        self.taking_back = None;
-                    }
-                }
+            let wait_until = self.ctx.attempts.follow_at(next);
+            self.group.control.mark_first_round();
+            if !self.wait(wait_until, true).await {
+                return None;
             }
-        }
-    }
-
-    /// Until the next attempt at `follow`: the attempt's answer when the
-    /// batcher made it (registered ahead: at a lease about to expire), else
-    /// as [`wait`](Self::wait) (an early attempt is made on waking).
-    async fn await_attempt(&mut self, follow: FollowAt) -> Awaited {
-        // Not registered when the runtime stops or a command waits (it
-        // would go out before either is seen), nor out of the race (`once`
-        // leaves it without a command: the loop's check must come first).
-        let registered = if follow.near
-            && !self.ctx.stop.is_cancelled()
-            && !self.commands.has_queued()
-            && self.group.control.eligible()
-        {
-            self.ctx.attempts.register(
-                &self.group.name,
-                &self.keys,
-                &self.ctx.config.instance_id,
-                self.ctx.config.ttl,
-                follow.at,
-            )
-        } else {
-            None
-        };
-        let Some(mut registered) = registered else {
-            return match self.wait(follow.at, true).await {
-                true => Awaited::Woken,
-                false => Awaited::Stop,
-            };
-        };
-        // As `wait`, with the attempt's answer in place of its deadline;
-        // commands are only looked at here, and taken by `wait` below.
-        let woken = tokio::select! {
-            biased;
-            answer = registered.answer(&self.group.name) => return Awaited::Answer(answer),
-            _ = self.ctx.stop.cancelled() => Woke::StopOrCommand,
-            _ = self.commands.ready() => Woke::StopOrCommand,
-            _ = self.group.control.released.notified() => Woke::Notice,
-            _ = self.group.control.requested.notified() => Woke::Request,
-        };
-        if !registered.withdraw() {
-            // Out already: its answer comes within the call timeout, and a
-            // lease it wins is ours to lead (or to hand over, if we stop).
-            // What woke us stays for later, as it would have during an
-            // attempt on the other path: the notice or request is put back
-            // (a leader renews at once on either; a follower asks again),
-            // and the stop and commands were only looked at.
-            match woken {
-                Woke::Notice => self.group.control.released.notify_one(),
-                Woke::Request => self.group.control.requested.notify_one(),
-                Woke::StopOrCommand => {}
+            if self.noticed {
+                // Another instance held the group and released it.
+                self.taking_back = None;
             }
-            return Awaited::Answer(registered.answer(&self.group.name).await);
-        }
-        match woken {
-            Woke::Notice => {
-                self.noticed = true;
-                Awaited::Woken
-            }
-            Woke::Request => Awaited::Woken,
-            // As `wait` takes them, until the attempt's instant (an attempt
-            // is then made on waking).
-            Woke::StopOrCommand => match self.wait(follow.at, true).await {
-                true => Awaited::Woken,
-                false => Awaited::Stop,
-            },
         }
     }
 
@@ -984,10 +881,8 @@ mod eligibility_tests;
 mod partial_loss_tests;
 
 #[cfg(test)]
-mod batch_tests;
-
 #[cfg(test)]
-mod registered_tests;
+mod batch_tests;
 
 #[cfg(test)]
 mod balance_tests;

@@ -526,19 +526,6 @@ impl MailboxRx {
             self.0.notify.notified().await;
         }
     }
-
-    /// Whether a command is queued.
-    pub(crate) fn has_queued(&self) -> bool {
-        !self.0.queue().is_empty()
-    }
-
-    /// Until a command is queued; it stays queued for [`recv`](Self::recv).
-    /// Cancel safe.
-    pub(crate) async fn ready(&mut self) {
-        while !self.has_queued() {
-            self.0.notify.notified().await;
-        }
-    }
 }
 
 impl Drop for MailboxRx {

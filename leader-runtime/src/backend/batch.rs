@@ -25,17 +25,15 @@
 //! (one renew phase each), not with its groups.
 
 use std::collections::hash_map::RandomState;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::hash::BuildHasher;
-use std::sync::atomic::AtomicBool;
-use std::sync::atomic::Ordering::SeqCst;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use redis::aio::ConnectionLike;
 use redis::{Script, Value};
 use tokio::sync::{mpsc, oneshot};
-use tokio::time::{sleep_until, Instant};
+use tokio::time::Instant;
 
 use super::{Acquire, Backend, Renew};
 use crate::names::GroupKeys;
@@ -417,41 +415,18 @@ struct Attempt {
     keys: GroupKeys,
     id: String,
     ttl: Duration,
-    reply: oneshot::Sender<Answer>,
-}
-
-/// An attempt's answer, and when its call was sent (before it left: what
-/// the view of a lease it won counts from).
-pub(crate) type Answer = (Result<Acquire>, Instant);
-
-/// When a follower asks for a lease next: [`AttemptBatcher::follow_at`].
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub(crate) struct FollowAt {
-    pub(crate) at: Instant,
-    /// Just after the expiry of a lease whose holder stopped renewing (its
-    /// early attempt found it still there): the attempt that can take it.
-    pub(crate) near: bool,
+    reply: oneshot::Sender<Result<Acquire>>,
 }
 
 /// Collects the acquire attempts of one runtime's followers and sends those
 /// that are due together as one call per chunk (per hash slot on a cluster),
-/// on tasks of their own that end when the last handle is dropped. Each
+/// on a task of its own that ends when the last handle is dropped. Each
 /// attempt's answer means what a lone `acquire` would have answered: the
 /// elections keep every per-group rule (safe-start waits, notices,
 /// eligibility).
-///
-/// An attempt comes either from an election that woke up for it
-/// ([`acquire`](Self::acquire)), batched with the others that arrive
-/// together ([`gather`]), or registered ahead for an instant
-/// ([`register`](Self::register)): the attempts at a crashed leader's
-/// leases, which then go out at that instant all in one batch, without
-/// waking each election and without waiting for stragglers: what a
-/// failover waits for is the attempt, and on a busy host thousands of
-/// woken elections are what delays it.
 #[derive(Clone)]
 pub(crate) struct AttemptBatcher {
     requests: mpsc::UnboundedSender<Attempt>,
-    registrations: mpsc::UnboundedSender<Registration>,
     /// Off: each attempt alone, at its expiry plus a random spread (the
     /// baseline the load bench compares with).
     batched: bool,
@@ -471,14 +446,11 @@ impl AttemptBatcher {
             Backend::Memory(_) => Grid::from_now(),
         };
         let (requests, rx) = mpsc::unbounded_channel();
-        let (registrations, registered) = mpsc::unbounded_channel();
         if batched {
             tokio::spawn(run_attempts(backend.clone(), rx, call_timeout));
-            tokio::spawn(run_registered(backend.clone(), registered, call_timeout));
         }
         Self {
             requests,
-            registrations,
             batched,
             backend,
             grid,
@@ -494,32 +466,25 @@ impl AttemptBatcher {
     /// renewed at nearby instants (by different calls, leaders, instances)
     /// fall due together. Close (an early attempt found the lease still
     /// there: its holder stopped renewing): at `expiry` moved forward onto
-    /// the grid of [`ATTEMPT_STEP`], and `near`. Either then moved by this
-    /// instance's spread for that step (less than [`ATTEMPT_SPREAD`], the
-    /// same for every group). So a lease that ends is tried at most
-    /// `ATTEMPT_STEP + ATTEMPT_SPREAD` after it ends.
-    pub(crate) fn follow_at(&self, expiry: Instant) -> FollowAt {
+    /// the grid of [`ATTEMPT_STEP`]. Either then moved by this instance's
+    /// spread for that step (less than [`ATTEMPT_SPREAD`], the same for every
+    /// group). So a lease that ends is tried at most `ATTEMPT_STEP +
+    /// ATTEMPT_SPREAD` after it ends.
+    pub(crate) fn follow_at(&self, expiry: Instant) -> Instant {
         let spread_ms = ATTEMPT_SPREAD.as_millis() as u32;
         if !self.batched {
             let ms = crate::jitter::random_u32() % (spread_ms + 1);
-            return FollowAt {
-                at: expiry + Duration::from_millis(u64::from(ms)),
-                near: false,
-            };
+            return expiry + Duration::from_millis(u64::from(ms));
         }
         let early = self.grid.floor(expiry, EARLY_STEP);
-        let near = early < Instant::now() + EARLY_STEP;
-        let on_grid = if near {
-            self.grid.ceil(expiry, ATTEMPT_STEP)
-        } else {
+        let on_grid = if early >= Instant::now() + EARLY_STEP {
             early
+        } else {
+            self.grid.ceil(expiry, ATTEMPT_STEP)
         };
         let step = self.grid.past(on_grid, u128::MAX) / ATTEMPT_STEP.as_nanos();
         let spread = self.spread.hash_one(step) % u64::from(spread_ms.max(1));
-        FollowAt {
-            at: on_grid + Duration::from_millis(spread),
-            near,
-        }
+        on_grid + Duration::from_millis(spread)
     }
 
     /// Acquire one group's lease as part of the next batch: the answer of
@@ -547,85 +512,8 @@ impl AttemptBatcher {
         };
         let stopped = || Error::backend(group, "the attempt batcher has stopped");
         self.requests.send(request).map_err(|_| stopped())?;
-        answer.await.map_err(|_| stopped())?.0
+        answer.await.map_err(|_| stopped())?
     }
-
-    /// Register an attempt at one group's lease to be made at `at`, in one
-    /// batch with every other attempt due then; `None` when not batched,
-    /// when `at` has passed, or when the batcher has stopped: wait and
-    /// [`acquire`](Self::acquire) then.
-    pub(crate) fn register(
-        &self,
-        group: &str,
-        keys: &GroupKeys,
-        id: &str,
-        ttl: Duration,
-        at: Instant,
-    ) -> Option<Registered> {
-        // Due already (a reply handled late on a busy host): asked for at
-        // once, gathered with the others that come about together.
-        if !self.batched || at <= Instant::now() {
-            return None;
-        }
-        let (reply, answer) = oneshot::channel();
-        let taken = Arc::new(AtomicBool::new(false));
-        let attempt = Attempt {
-            group: group.to_owned(),
-            keys: keys.clone(),
-            id: id.to_owned(),
-            ttl,
-            reply,
-        };
-        let registration = Registration {
-            at,
-            attempt,
-            taken: taken.clone(),
-        };
-        self.registrations.send(registration).ok()?;
-        Some(Registered { taken, answer })
-    }
-}
-
-/// An attempt registered for an instant ([`AttemptBatcher::register`]), as
-/// its election holds it. Dropping it withdraws the attempt.
-pub(crate) struct Registered {
-    /// Taken by whichever comes first: the batcher to send the attempt, or
-    /// the election to withdraw it.
-    taken: Arc<AtomicBool>,
-    answer: oneshot::Receiver<Answer>,
-}
-
-impl Registered {
-    /// Withdraw the attempt if it was not sent yet: true then, and it never
-    /// will be. False: it is out, its answer comes (within the call
-    /// timeout), and a lease it wins is this instance's.
-    pub(crate) fn withdraw(&self) -> bool {
-        !self.taken.swap(true, SeqCst)
-    }
-
-    /// The attempt's answer (cancel safe).
-    pub(crate) async fn answer(&mut self, group: &str) -> Answer {
-        match (&mut self.answer).await {
-            Ok(answer) => answer,
-            Err(_) => (
-                Err(Error::backend(group, "the attempt batcher has stopped")),
-                Instant::now(),
-            ),
-        }
-    }
-}
-
-impl Drop for Registered {
-    fn drop(&mut self) {
-        self.withdraw();
-    }
-}
-
-/// What the batcher keeps of a registered attempt.
-struct Registration {
-    at: Instant,
-    attempt: Attempt,
-    taken: Arc<AtomicBool>,
 }
 
 async fn run_attempts(
@@ -633,6 +521,7 @@ async fn run_attempts(
     mut rx: mpsc::UnboundedReceiver<Attempt>,
     call_timeout: Duration,
 ) {
+    let cluster = backend.is_cluster();
     // A quiet period on Redis, as for renewals: without it, the attempts
     // of one instant split into several calls when the OS preempts a
     // worker thread (20 x 5,000 balanced: 43 acquire calls/s against 26
@@ -643,122 +532,40 @@ async fn run_attempts(
         Backend::Memory(_) => Wait::NONE,
     };
     while let Some(first) = rx.recv().await {
-        let batch = gather(first, &mut rx, wait).await;
-        send_batch(&backend, batch, call_timeout);
-    }
-}
-
-/// The registered attempts: each sent at its instant, with every other due
-/// then, in one batch (no quiet period: they are all here already).
-async fn run_registered(
-    backend: Backend,
-    mut rx: mpsc::UnboundedReceiver<Registration>,
-    call_timeout: Duration,
-) {
-    // By instant, then in the order they came.
-    let mut waiting: BTreeMap<(Instant, u64), Registration> = BTreeMap::new();
-    let mut count = 0u64;
-    let timer = sleep_until(Instant::now());
-    tokio::pin!(timer);
-    loop {
-        // Every registration that came so far, so that what is due goes
-        // out together.
-        loop {
-            match rx.try_recv() {
-                Ok(registration) => {
-                    count += 1;
-                    waiting.insert((registration.at, count), registration);
-                }
-                Err(mpsc::error::TryRecvError::Empty) => break,
-                // The last handle is gone, and with it every election
-                // (their registrations end with an error).
-                Err(mpsc::error::TryRecvError::Disconnected) => return,
+        let mut batch = gather(first, &mut rx, wait).await;
+        // An election that gave up waiting (stopped, timed out) no longer
+        // counts on this attempt: don't take a lease nobody would hold.
+        batch.retain(|r| !r.reply.is_closed());
+        let mut chunks: HashMap<(String, Duration, u16), Vec<Attempt>> = HashMap::new();
+        for request in batch {
+            let slot = if cluster {
+                slot(request.keys.lease.as_bytes())
+            } else {
+                0
+            };
+            let chunk = chunks
+                .entry((request.id.clone(), request.ttl, slot))
+                .or_default();
+            chunk.push(request);
+            if chunk.len() == MAX_GROUPS {
+                let full = std::mem::take(chunk);
+                tokio::spawn(send_attempts(backend.clone(), full));
             }
         }
-        let now = Instant::now();
-        let mut batch = Vec::new();
-        while let Some(entry) = waiting.first_entry() {
-            if entry.key().0 > now {
-                break;
-            }
-            let registration = entry.remove();
-            // Taken already: its election withdrew it (woken up first by a
-            // release notice, a request, a command or the stop).
-            if !registration.taken.swap(true, SeqCst) {
-                batch.push(registration.attempt);
-            }
-        }
-        if !batch.is_empty() {
-            send_batch(&backend, batch, call_timeout);
-        }
-        let next = waiting.keys().next().map(|&(at, _)| at);
-        if let Some(next) = next {
-            if timer.deadline() != next {
-                timer.as_mut().reset(next);
-            }
-        }
-        tokio::select! {
-            registration = rx.recv() => {
-                let Some(registration) = registration else { return };
-                count += 1;
-                waiting.insert((registration.at, count), registration);
-            }
-            () = &mut timer, if next.is_some() => {}
+        for chunk in chunks.into_values().filter(|c| !c.is_empty()) {
+            tokio::spawn(send_attempts(backend.clone(), chunk));
         }
     }
 }
 
-/// `batch` as one call per chunk (same id, ttl and slot; at most
-/// [`MAX_GROUPS`]), each on a task of its own.
-fn send_batch(backend: &Backend, mut batch: Vec<Attempt>, call_timeout: Duration) {
-    // An election that gave up waiting (stopped, timed out) no longer
-    // counts on this attempt: don't take a lease nobody would hold.
-    batch.retain(|r| !r.reply.is_closed());
-    let cluster = backend.is_cluster();
-    let mut chunks: HashMap<(String, Duration, u16), Vec<Attempt>> = HashMap::new();
-    for request in batch {
-        let slot = if cluster {
-            slot(request.keys.lease.as_bytes())
-        } else {
-            0
-        };
-        let chunk = chunks
-            .entry((request.id.clone(), request.ttl, slot))
-            .or_default();
-        chunk.push(request);
-        if chunk.len() == MAX_GROUPS {
-            let full = std::mem::take(chunk);
-            tokio::spawn(send_attempts(backend.clone(), full, call_timeout));
-        }
-    }
-    for chunk in chunks.into_values().filter(|c| !c.is_empty()) {
-        tokio::spawn(send_attempts(backend.clone(), chunk, call_timeout));
-    }
-}
-
-/// One backend call for `chunk` (same id, ttl and slot), answering each
-/// attempt; a call that takes longer than `call_timeout` answers each with
-/// a timeout.
-async fn send_attempts(backend: Backend, chunk: Vec<Attempt>, call_timeout: Duration) {
+/// One backend call for `chunk` (same id, ttl and slot), answering each attempt.
+async fn send_attempts(backend: Backend, chunk: Vec<Attempt>) {
     let (id, ttl) = (chunk[0].id.clone(), chunk[0].ttl);
     let groups: Vec<(&str, &GroupKeys)> = chunk.iter().map(|r| (&*r.group, &r.keys)).collect();
-    let sent = Instant::now();
-    let call = backend.acquire_many(&id, ttl, &groups);
-    let answers = match tokio::time::timeout(call_timeout, call).await {
-        Ok(answers) => answers,
-        Err(_) => groups
-            .iter()
-            .map(|(group, _)| {
-                Err(Error::Timeout {
-                    group: (*group).to_owned(),
-                    after: call_timeout,
-                })
-            })
-            .collect(),
-    };
+    let answers = backend.acquire_many(&id, ttl, &groups).await;
     drop(groups);
     for (r, answer) in chunk.into_iter().zip(answers) {
-        let _ = r.reply.send((answer, sent));
+        let _ = r.reply.send(answer);
     }
 }
 
