@@ -459,6 +459,8 @@ async fn scale(args: &[String]) {
         let limit = ttl * 4;
         let t0 = monotonic_now_ns();
         let mut children = Vec::new();
+        // Each child's instance id (`args_of(i).id`), in the same order.
+        let mut ids: Vec<String> = (0..instances).map(|i| format!("i{i}")).collect();
         if balance {
             // All at once: the shares form as they join (one instance first
             // would lead every group and hand them over at most 100 per
@@ -571,8 +573,10 @@ async fn scale(args: &[String]) {
                 let settled = settle_shares(&server, groups, children.len(), ttl * 40).await;
                 println!("## {mode}: before crash {}: {settled}", n + 1);
             }
-            let (victim, samples) = crash_failover(&server, &mut children, groups, ttl, mode).await;
+            let (victim, samples) =
+                crash_failover(&server, &mut children, &ids, groups, ttl, mode).await;
             children.remove(victim);
+            ids.remove(victim);
             after_expiry.extend(samples);
         }
         if crashes > 1 {
@@ -742,17 +746,24 @@ async fn evalsha_usec(server: &RedisServer) -> (u64, u64) {
 /// and from the lease's expiry (Redis's `TIME` + `PTTL` of each lease, read
 /// right after the kill), and when Redis granted the new lease (its token). Also what the re-election wave cost: Redis's time in
 /// `evalsha` and its CPU, the survivors' CPU, from 100 ms before the first
-/// expiry to 1 s after the last. Returns the index of the killed child.
+/// expiry to 1 s after the last. `ids`: each child's instance id. Returns
+/// the index of the killed child, and each of its groups' failover after
+/// the expiry (ms).
 async fn crash_failover(
     server: &RedisServer,
     children: &mut [ChildProcess],
+    ids: &[String],
     groups: usize,
     ttl: Duration,
     mode: &str,
 ) -> (usize, Vec<f64>) {
     let holders = lease_holders(server, groups).await;
     let victim_id = holders[0].clone().expect("g0 has a leader");
-    let victim: usize = victim_id[1..].parse().expect("instance index");
+    // By id: after an earlier crash the children are no longer i0, i1, ...
+    let victim = ids
+        .iter()
+        .position(|id| *id == victim_id)
+        .expect("g0's leader is a child");
     // Wait for a renewal: g0's PTTL jumps up. Every group of one leader
     // renews at the same grid instant, in calls of 500 groups sent at once;
     // give them 50 ms.
