@@ -848,20 +848,11 @@ async fn crash_failover(
                             panic!("no transition time in {line:?}: the view's start is unknown")
                         });
                         let line_ns: u64 = line_ns.parse().expect("ns");
-                        callback_at
-                            .entry(g)
-                            .and_modify(|e| *e = (*e).min(line_ns))
-                            .or_insert(line_ns);
+                        keep_earliest(&mut callback_at, g, line_ns);
                         let token: u64 = token.parse().expect("token");
                         let at = clock.monotonic_of_unix_us(token);
-                        latencies
-                            .entry(g)
-                            .and_modify(|e| *e = (*e).min(ns))
-                            .or_insert(ns);
-                        acquired
-                            .entry(g)
-                            .and_modify(|e| *e = (*e).min(at))
-                            .or_insert(at);
+                        keep_earliest(&mut latencies, g, ns);
+                        keep_earliest(&mut acquired, g, at);
                     }
                 }
             }
@@ -901,7 +892,6 @@ async fn crash_failover(
     let ms = |ns: u64, from: u64| (ns as f64 - from as f64) / 1e6;
     let mut from_kill: Vec<f64> = latencies.values().map(|&ns| ms(ns, killed)).collect();
     let mut from_expiry: Vec<f64> = latencies.iter().map(|(g, &ns)| ms(ns, expiry[g])).collect();
-    let samples = from_expiry.clone();
     println!(
         "{mode}: kill -9 of {victim_id} -> each of its groups' next leader ({} of {} groups re-elected; bound: ttl + 50 ms = {} ms from the kill, 50 ms from the expiry)",
         from_kill.len(),
@@ -956,7 +946,13 @@ async fn crash_failover(
         survivor_cpu * 1e3,
         std::thread::available_parallelism().map_or(0, |n| n.get()),
     );
-    (victim, samples)
+    (victim, from_expiry)
+}
+
+/// `at` for group `g` in `map`, unless an earlier time is there already
+/// (a group may be elected more than once in the wave: the first counts).
+fn keep_earliest(map: &mut BTreeMap<usize, u64>, g: usize, at: u64) {
+    map.entry(g).and_modify(|e| *e = (*e).min(at)).or_insert(at);
 }
 
 async fn rebalance(args: &[String]) {
