@@ -25,6 +25,17 @@ use tokio::time::Instant;
 /// deadline is trusted: 25 ticks at 100 Hz, far beyond a tick's lag.
 pub(crate) const COARSE_LAG: Duration = Duration::from_millis(250);
 
+/// A deadline this far ahead stands for none (`Duration::MAX` and the like
+/// given as a timeout).
+const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+/// The instant `timeout` from now, or one a century ahead when that is past
+/// the clock's range (a caller's `Duration::MAX`: wait for good).
+pub(crate) fn deadline_in(timeout: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(timeout).unwrap_or_else(|| now + FOREVER)
+}
+
 /// The coarsest coarse clock that is used at all.
 const COARSE_RESOLUTION_LIMIT: Duration = Duration::from_millis(10);
 
@@ -154,6 +165,16 @@ mod tests {
             let lag = Duration::from_nanos(precise - coarse);
             assert!(lag < COARSE_LAG, "coarse clock {lag:?} behind");
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_deadline_too_far_for_the_clock_is_a_century_ahead() {
+        let now = Instant::now();
+        assert_eq!(
+            deadline_in(Duration::from_secs(3)),
+            now + Duration::from_secs(3)
+        );
+        assert_eq!(deadline_in(Duration::MAX), now + FOREVER);
     }
 
     #[tokio::test]

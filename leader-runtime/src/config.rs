@@ -350,7 +350,8 @@ impl ConfigBuilder {
     }
 
     /// Lease length (default 15 s): the crash failover bound. The timings
-    /// not set explicitly follow it (see [`build`](Self::build)).
+    /// not set explicitly follow it (see [`build`](Self::build)). At least
+    /// 10 ms and at most one day.
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.ttl = Some(ttl);
         self
@@ -365,7 +366,7 @@ impl ConfigBuilder {
 
     /// Follower retry pace when nothing tells it sooner (default: the
     /// smaller of 2 s and `ttl / 3`): after an error, or while the
-    /// release-notice connection is down.
+    /// release-notice connection is down. At most one day.
     pub fn retry_interval(mut self, interval: Duration) -> Self {
         self.retry_interval = Some(interval);
         self
@@ -578,6 +579,10 @@ impl ConfigBuilder {
         if ttl < Duration::from_millis(10) {
             return Err(Error::config("ttl", "must be at least 10ms"));
         }
+        // The other timings are bounded by the ttl below; these two by this,
+        // so that no deadline computed from them can overflow the clock.
+        at_most_a_day("ttl", ttl)?;
+        at_most_a_day("retry_interval", retry_interval)?;
         if renew_interval >= ttl {
             return Err(Error::config(
                 "renew_interval",
@@ -604,7 +609,8 @@ impl ConfigBuilder {
                 .min(room),
         };
         non_zero("call_timeout", call_timeout)?;
-        if renew_interval + call_timeout >= ttl - drift_margin {
+        // Saturating: an explicit `Duration::MAX` is an error, not a panic.
+        if renew_interval.saturating_add(call_timeout) >= ttl - drift_margin {
             return Err(Error::config(
                 "call_timeout",
                 format!(
@@ -642,6 +648,22 @@ impl ConfigBuilder {
             on_elected: self.on_elected,
             on_lost: self.on_lost,
         })
+    }
+}
+
+/// The longest `ttl` and `retry_interval`: far beyond any use (a crashed
+/// leader's groups wait out the ttl), and small enough that every instant
+/// computed from a timing stays within the clock's range.
+const MAX_TIMING: Duration = Duration::from_secs(24 * 3600);
+
+fn at_most_a_day(field: &'static str, d: Duration) -> Result<()> {
+    if d > MAX_TIMING {
+        Err(Error::config(
+            field,
+            format!("must be at most one day ({d:?} > 24h)"),
+        ))
+    } else {
+        Ok(())
     }
 }
 
@@ -739,6 +761,31 @@ mod tests {
         assert_eq!(field_of(mem().instance_id("a\nb")), "instance_id");
         assert_eq!(field_of(mem().key_prefix("")), "key_prefix");
         assert_eq!(field_of(mem().key_prefix("a{b}")), "key_prefix");
+    }
+
+    /// `Duration::MAX` (as "forever") and other huge timings are config
+    /// errors: before, `call_timeout(MAX)` panicked in `build` (an overflow
+    /// adding durations), and a huge ttl or retry interval in the election.
+    #[test]
+    fn huge_timings_are_errors_not_panics() {
+        let day = Duration::from_secs(24 * 3600);
+        assert_eq!(field_of(mem().call_timeout(Duration::MAX)), "call_timeout");
+        assert_eq!(field_of(mem().ttl(Duration::MAX)), "ttl");
+        assert_eq!(field_of(mem().ttl(day + Duration::from_nanos(1))), "ttl");
+        assert_eq!(
+            field_of(mem().retry_interval(Duration::MAX)),
+            "retry_interval"
+        );
+        assert_eq!(
+            field_of(mem().renew_interval(Duration::MAX)),
+            "renew_interval"
+        );
+        assert_eq!(field_of(mem().drift_margin(Duration::MAX)), "drift_margin");
+        let err = mem().ttl(Duration::MAX).build().unwrap_err().to_string();
+        assert!(err.contains("at most one day"), "{err}");
+        // A day is allowed, with the timings that follow it.
+        let c = mem().ttl(day).retry_interval(day).build().unwrap();
+        assert_eq!((c.ttl(), c.retry_interval()), (day, day));
     }
 
     #[test]

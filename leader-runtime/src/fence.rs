@@ -633,6 +633,11 @@ mod tests {
                 .unwrap(),
             Fenced::Applied(false)
         );
+        // No overflow of the clock (it panicked before): "for good".
+        assert_eq!(
+            fence.expire(&n, Duration::MAX).await.unwrap(),
+            Fenced::Applied(true)
+        );
         tokio::time::advance(Duration::from_millis(1001)).await;
         assert_eq!(mem.get(&key), None, "expired");
         assert_eq!(fence.delete(&hash).await.unwrap(), Fenced::Applied(true));

@@ -41,9 +41,6 @@ pub(crate) fn is_once_group(group: &str) -> bool {
 /// The longest summary and error text stored, in bytes (longer ones are cut).
 const MAX_TEXT: usize = 1024;
 
-/// The deadline of a timeout too long to add to the clock.
-const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
-
 /// How often a runner retries recording its outcome after a backend error,
 /// while its lease is valid.
 const RECORD_RETRY: Duration = Duration::from_millis(100);
@@ -530,10 +527,7 @@ impl<'a> Call<'a> {
         S: Into<String>,
         E: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
-        // `Duration::MAX` and the like: no deadline worth the name.
-        let deadline = Instant::now()
-            .checked_add(self.timeout)
-            .unwrap_or_else(|| Instant::now() + FOREVER);
+        let deadline = crate::clock::deadline_in(self.timeout);
         let _turn = tokio::time::timeout_at(deadline, turn(self.rt.id(), self.name))
             .await
             .map_err(|_| self.timed_out())?;
@@ -624,6 +618,17 @@ impl<'a> Call<'a> {
             Verdict::Done => return record(self.name, &stored, None).map(Ok),
             Verdict::Failed => return Some(Err(self.failed(stored))),
             Verdict::Lost | Verdict::Open | Verdict::Held | Verdict::Busy => return None,
+        }
+        // Answered after our view ended (a slow reply, as cron's `run_one`
+        // checks too): another instance may lead and run its own attempt by
+        // now. The attempt stays counted, as for a runner that died in it.
+        if !lease.is_valid() {
+            tracing::warn!(
+                name = self.name,
+                token = holder.token,
+                "once: the attempt was started, but the answer came after this instance's view ended: not running the body"
+            );
+            return None;
         }
         // Out of the race from now on (the flag only: the lease stays ours
         // while we hold it). This call ends with this attempt, so its group

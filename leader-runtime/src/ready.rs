@@ -86,7 +86,8 @@ impl Runtime {
     }
 
     async fn await_ready(&self, groups: Vec<Arc<Group>>, timeout: Duration) -> Result<()> {
-        let deadline = Instant::now() + timeout;
+        // `Duration::MAX` (wait for good) must not overflow the clock.
+        let deadline = crate::clock::deadline_in(timeout);
         let not_ready = |last: Error| Error::NotReady {
             after: timeout,
             source: Box::new(last),

@@ -423,7 +423,7 @@ impl MemoryKeys {
             }
             Write::Expire { key, ttl } => match self.live(key) {
                 Some(entry) => {
-                    entry.1 = Some(Instant::now() + *ttl);
+                    entry.1 = Some(crate::clock::deadline_in(*ttl));
                     Reply::Int(1)
                 }
                 None => Reply::Int(0),

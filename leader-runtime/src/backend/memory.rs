@@ -63,6 +63,9 @@ struct Inner {
     /// Tests: run-once steps apply, but their replies are lost.
     #[cfg(test)]
     lose_once_replies: AtomicBool,
+    /// Tests: faults of one instance (see [`MemoryBackend::cut_off`]).
+    #[cfg(test)]
+    faults: Mutex<InstanceFaults>,
     /// Tests: the notice connections are down (see
     /// [`MemoryBackend::set_notices_up`]), and each runtime's flag that says
     /// whether its own is up.
@@ -154,6 +157,8 @@ impl MemoryBackend {
                 available: AtomicBool::new(true),
                 #[cfg(test)]
                 lose_once_replies: AtomicBool::new(false),
+                #[cfg(test)]
+                faults: Mutex::default(),
                 #[cfg(test)]
                 notices_down: Arc::default(),
                 notices,
@@ -306,10 +311,10 @@ impl MemoryBackend {
     /// ```
     pub fn overwrite(&self, key_prefix: &str, group: &str, holder: &str, ttl: Duration) {
         let keys = GroupKeys::new(key_prefix, group);
-        self.state()
-            .data
-            .leases
-            .insert(keys.lease, (holder.to_owned(), Instant::now() + ttl));
+        self.state().data.leases.insert(
+            keys.lease,
+            (holder.to_owned(), crate::clock::deadline_in(ttl)),
+        );
     }
 
     /// Set the last token issued in the record at `key` (which exists).
@@ -377,6 +382,46 @@ impl MemoryBackend {
             .state
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    #[cfg(test)]
+    fn faults(&self) -> std::sync::MutexGuard<'_, InstanceFaults> {
+        self.inner
+            .faults
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Tests: from now on the lease calls (acquire, renew) of instance
+    /// `id` fail, as over a link that is down for it alone (`None`: nobody's).
+    #[cfg(test)]
+    pub(crate) fn cut_off(&self, id: Option<&str>) {
+        self.faults().cut_off = id.map(str::to_owned);
+    }
+
+    /// Tests: from now on the run-once steps of instance `id` apply at once
+    /// but their replies arrive `delay` later, as over a slow link (`None`:
+    /// nobody's).
+    #[cfg(test)]
+    pub(crate) fn delay_once_replies(&self, id: Option<(&str, Duration)>) {
+        self.faults().slow_once = id.map(|(id, delay)| (id.to_owned(), delay));
+    }
+
+    /// Tests: how late the run-once replies of instance `id` arrive.
+    #[cfg(test)]
+    pub(crate) fn once_reply_delay(&self, id: &str) -> Option<Duration> {
+        match &self.faults().slow_once {
+            Some((slow, delay)) if slow == id => Some(*delay),
+            _ => None,
+        }
+    }
+
+    #[cfg(test)]
+    fn check_cut_off(&self, op: &Op<'_>) -> Result<()> {
+        if self.faults().cut_off.as_deref() == Some(op.id) {
+            return Err(Error::backend(op.group, "the link is down (simulated)"));
+        }
+        Ok(())
     }
 
     pub(super) fn check_available(&self, group: &str) -> Result<()> {
@@ -459,6 +504,8 @@ impl MemoryBackend {
 
     fn acquire_one(&self, op: &Op<'_>, ttl: Duration) -> Result<Acquire> {
         self.check_available(op.group)?;
+        #[cfg(test)]
+        self.check_cut_off(op)?;
         let mut state = self.state();
         // The rule of acquire.lua: a paused group is acquired by nobody.
         if state.data.paused.contains_key(&op.keys.paused) {
@@ -533,6 +580,8 @@ impl MemoryBackend {
 
     pub(super) fn renew(&self, op: &Op<'_>, ttl: Duration) -> Result<Renew> {
         self.check_available(op.group)?;
+        #[cfg(test)]
+        self.check_cut_off(op)?;
         let mut state = self.state();
         let found = Self::live(&mut state, &op.keys.lease).map(|(h, _)| h == op.id);
         Ok(match found {
@@ -646,6 +695,16 @@ impl MemoryBackend {
 
 /// Tests: the simulated notice connections (see
 /// [`MemoryBackend::set_notices_up`]).
+/// Tests: faults of one instance of a shared memory backend.
+#[cfg(test)]
+#[derive(Debug, Default)]
+struct InstanceFaults {
+    /// This instance's lease calls fail.
+    cut_off: Option<String>,
+    /// This instance's run-once replies arrive this much later.
+    slow_once: Option<(String, Duration)>,
+}
+
 #[cfg(test)]
 #[derive(Debug, Default)]
 struct NoticesDown {

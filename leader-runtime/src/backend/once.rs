@@ -107,7 +107,14 @@ impl Backend {
     ) -> Result<(Verdict, Stored)> {
         match self {
             Backend::Redis(b) => b.once_step(holder, step).await,
-            Backend::Memory(b) => b.once_step(holder, step),
+            Backend::Memory(b) => {
+                let answer = b.once_step(holder, step);
+                #[cfg(test)]
+                if let Some(delay) = b.once_reply_delay(holder.id) {
+                    tokio::time::sleep(delay).await;
+                }
+                answer
+            }
         }
     }
 

@@ -613,3 +613,73 @@ fn backend_errors_in_a_burst_are_logged_at_warn_once() {
     assert_eq!(count("WARN"), 1, "{text}");
     assert!(count("DEBUG") >= 5, "{text}");
 }
+
+/// A runner whose `begin` was applied while its lease held, but whose
+/// answer arrived after its view ended, must not start the body: by then the
+/// next runner (another instance, elected once the lease expired) may run
+/// its own attempt. (Before the check in `attempt`, `a` started its body at
+/// 3.4 s, its view over since 2.97 s, beside `b`'s from 3.0 s.)
+#[tokio::test(start_paused = true)]
+async fn a_begin_answered_after_the_view_ended_does_not_start_the_body() {
+    use std::sync::Mutex;
+    let mem = MemoryBackend::new();
+    let (a, b) = (instance(&mem, "a"), instance(&mem, "b"));
+    let start = Instant::now();
+    // Each body run: (who, started, lease valid when it started, ended).
+    type Run = (&'static str, Duration, bool, Option<Duration>);
+    let log: Arc<Mutex<Vec<Run>>> = Arc::default();
+    let body = |who: &'static str| {
+        let log = log.clone();
+        move || async move {
+            let valid = current_lease().expect("under the lease").is_valid();
+            let i = {
+                let mut l = log.lock().unwrap();
+                l.push((who, start.elapsed(), valid, None));
+                l.len() - 1
+            };
+            sleep(Duration::from_secs(5)).await;
+            log.lock().unwrap()[i].3 = Some(start.elapsed());
+            Ok::<_, std::io::Error>(who.to_owned())
+        }
+    };
+    // a wins at t = 0; its first `begin` applies but the answer is lost.
+    mem.lose_once_replies(true);
+    let ra = tokio::spawn({
+        let (a, body) = (a.clone(), body("a"));
+        async move { a.once(NAME, body).await }
+    });
+    settle().await;
+    assert!(a.is_leader("once:migrate-2026-12"));
+    // Then a's lease calls fail (a degraded link): its view ends at
+    // TTL - MARGIN, its lease expires at TTL, and b takes over.
+    mem.cut_off(Some("a"));
+    let rb = tokio::spawn({
+        let (b, body) = (b.clone(), body("b"));
+        async move { b.once(NAME, body).await }
+    });
+    // a retries its `begin` every retry_interval while its view holds; from
+    // 2.2 s on, a step's answer takes 900 ms (less than the call timeout).
+    tokio::time::sleep_until(start + Duration::from_millis(2200)).await;
+    mem.lose_once_replies(false);
+    mem.delay_once_replies(Some(("a", Duration::from_millis(900))));
+    tokio::time::sleep_until(start + Duration::from_secs(12)).await;
+    let _ = (ra.await, rb.await);
+    let log = log.lock().unwrap().clone();
+    assert!(
+        log.iter().any(|r| r.0 == "b"),
+        "b ran the body once a's lease expired: {log:?}"
+    );
+    // Every body started inside its view, and never two at once.
+    for r in &log {
+        assert!(
+            r.2,
+            "a body started after its view had ended: {r:?} (all: {log:?})"
+        );
+    }
+    for (i, x) in log.iter().enumerate() {
+        for y in &log[i + 1..] {
+            let overlap = x.1 < y.3.unwrap() && y.1 < x.3.unwrap();
+            assert!(!overlap, "two bodies of one run-once name at once: {log:?}");
+        }
+    }
+}

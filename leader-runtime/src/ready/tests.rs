@@ -90,3 +90,13 @@ async fn an_invalid_group_or_a_stopped_runtime_fail_at_once() {
     assert!(matches!(err, Error::ShutDown), "{err:?}");
     assert_eq!(start.elapsed(), Duration::ZERO);
 }
+
+/// `Duration::MAX` means "wait for good", not a panic (before: an overflow
+/// adding it to the clock).
+#[tokio::test(start_paused = true)]
+async fn a_timeout_of_duration_max_waits_as_long_as_needed() {
+    let mem = MemoryBackend::new();
+    let a = instance(&mem, "a");
+    a.ready_for([G], Duration::MAX).await.unwrap();
+    a.ready(Duration::MAX).await.unwrap();
+}
