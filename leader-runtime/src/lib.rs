@@ -268,7 +268,13 @@
 //!   Fence writes from machines that can be suspended;
 //! - server time: the record's times are the Redis server's wall clock
 //!   (`TIME`), as are Redis's own key expiries; a server clock stepped
-//!   backwards or forwards by more than the drift margin breaks both;
+//!   backwards or forwards by more than the drift margin breaks both. After
+//!   a failover the tokens come from the promoted replica's clock, so a
+//!   replica whose clock runs behind the primary's by more than the failover
+//!   takes could issue a token smaller than the last one;
+//! - older data served by the *same* Redis process (`DEBUG RELOAD NOSAVE` of
+//!   an older file, `RESTORE` of our keys from a backup into a running
+//!   server) is not detected (DEPLOYING.md: restore by restarting);
 //! - Redis replication is asynchronous, and Redis itself can have two
 //!   primaries for a while (a partitioned primary keeps accepting writes
 //!   until it notices): a leader renewing on an old primary while another
