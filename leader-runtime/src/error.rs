@@ -245,6 +245,9 @@ pub enum Error {
     },
 }
 
+/// How much of an unexpected reply an [`Error::Protocol`] shows.
+const REPLY_SHOWN: usize = 300;
+
 impl Error {
     /// Whether this error is a configuration problem that no retry fixes:
     /// [`Config`](Self::Config), [`InvalidGroup`](Self::InvalidGroup),
@@ -305,6 +308,27 @@ impl Error {
             group: group.to_owned(),
             message: message.into(),
             source: None,
+        }
+    }
+
+    /// An [`Error::Protocol`]: `what` (the call) returned `reply`, shown
+    /// with at most [`REPLY_SHOWN`] bytes of it — a misbehaving server's reply
+    /// (a huge hash, garbage) must not make every round's error and log line
+    /// as large.
+    pub(crate) fn unexpected_reply(group: &str, what: &str, reply: &impl std::fmt::Debug) -> Self {
+        let mut shown = format!("{reply:?}");
+        if shown.len() > REPLY_SHOWN {
+            let total = shown.len();
+            let mut end = REPLY_SHOWN;
+            while !shown.is_char_boundary(end) {
+                end -= 1;
+            }
+            shown.truncate(end);
+            shown.push_str(&format!("… ({total} bytes in all)"));
+        }
+        Error::Protocol {
+            group: group.to_owned(),
+            message: format!("{what} returned {shown}"),
         }
     }
 
@@ -446,6 +470,24 @@ mod tests {
             .unwrap()
             .extract_error()
             .unwrap_err()
+    }
+
+    /// A misbehaving server's huge reply is shown in part: every round
+    /// logs the error, and a members hash of megabytes would go in whole.
+    #[test]
+    fn an_unexpected_reply_is_shown_cut_short() {
+        let huge = redis::Value::BulkString("é".repeat(100_000).into_bytes());
+        let Error::Protocol { message, .. } = Error::unexpected_reply("g", "renew", &huge) else {
+            panic!("not a protocol error");
+        };
+        assert!(message.starts_with("renew returned "), "{message}");
+        assert!(message.len() < REPLY_SHOWN + 100, "{} bytes", message.len());
+        assert!(message.ends_with("bytes in all)"), "{message}");
+        let small = redis::Value::Int(3);
+        let Error::Protocol { message, .. } = Error::unexpected_reply("g", "renew", &small) else {
+            panic!("not a protocol error");
+        };
+        assert_eq!(message, "renew returned int(3)");
     }
 
     #[test]

@@ -279,10 +279,7 @@ fn backend_err(group: &str, e: &redis::RedisError) -> Error {
 }
 
 fn protocol_err(group: &str, op: &str, reply: &Value) -> Error {
-    Error::Protocol {
-        group: group.to_owned(),
-        message: format!("{op} returned {reply:?}"),
-    }
+    Error::unexpected_reply(group, op, reply)
 }
 
 #[cfg(test)]

@@ -570,10 +570,7 @@ async fn send_attempts(backend: Backend, chunk: Vec<Attempt>) {
 }
 
 fn protocol_err(group: &str, reply: &Value) -> Error {
-    Error::Protocol {
-        group: group.to_owned(),
-        message: format!("renew returned {reply:?}"),
-    }
+    Error::unexpected_reply(group, "renew", reply)
 }
 
 /// The Redis Cluster hash slot of `key`: CRC16 (XMODEM) of its hash tag (the

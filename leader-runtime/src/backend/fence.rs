@@ -252,10 +252,7 @@ pub(super) async fn redis(mut conn: Conn, call: &Call<'_>) -> Result<Outcome> {
 
 /// A fenced script's reply: `{1, …}` applied, `{0, mark}` or `{0}` stale.
 fn parse(group: &str, op: &str, reply: Value) -> Result<Outcome> {
-    let bad = |reply: &Value| Error::Protocol {
-        group: group.to_owned(),
-        message: format!("fenced {op} returned {reply:?}"),
-    };
+    let bad = |reply: &Value| Error::unexpected_reply(group, &format!("fenced {op}"), reply);
     let Value::Array(mut items) = reply else {
         return Err(bad(&reply));
     };
@@ -309,10 +306,11 @@ fn reply_of(group: &str, op: &str, value: Value) -> Result<Reply> {
             })
         }
         other => {
-            return Err(Error::Protocol {
-                group: group.to_owned(),
-                message: format!("fenced {op} returned {other:?}"),
-            })
+            return Err(Error::unexpected_reply(
+                group,
+                &format!("fenced {op}"),
+                &other,
+            ))
         }
     })
 }

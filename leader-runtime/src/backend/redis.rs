@@ -1243,10 +1243,7 @@ fn parse_members(reply: Value) -> Result<Vec<Member>> {
 }
 
 fn protocol_err(group: &str, op: &str, reply: &Value) -> Error {
-    Error::Protocol {
-        group: group.to_owned(),
-        message: format!("{op} returned {reply:?}"),
-    }
+    Error::unexpected_reply(group, op, reply)
 }
 
 #[cfg(test)]
