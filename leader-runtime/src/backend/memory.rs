@@ -693,8 +693,6 @@ impl MemoryBackend {
     }
 }
 
-/// Tests: the simulated notice connections (see
-/// [`MemoryBackend::set_notices_up`]).
 /// Tests: faults of one instance of a shared memory backend.
 #[cfg(test)]
 #[derive(Debug, Default)]
@@ -705,6 +703,8 @@ struct InstanceFaults {
     slow_once: Option<(String, Duration)>,
 }
 
+/// Tests: the simulated notice connections (see
+/// [`MemoryBackend::set_notices_up`]).
 #[cfg(test)]
 #[derive(Debug, Default)]
 struct NoticesDown {
