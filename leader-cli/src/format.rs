@@ -2,14 +2,27 @@
 
 use std::time::{Duration, SystemTime};
 
-use chrono::{DateTime, SecondsFormat, Utc};
+use chrono::{DateTime, Datelike, SecondsFormat, Utc};
 use leader_runtime::admin::GroupInfo;
 use leader_runtime::cron::Run;
 use serde_json::{json, Value};
 
-/// A wall-clock time as RFC 3339, UTC, in milliseconds.
+/// A wall-clock time as RFC 3339, UTC, in milliseconds; one chrono cannot
+/// represent (its `From<SystemTime>` would panic), or RFC 3339 cannot
+/// write (after the year 9999), as the raw Unix ms it is, said so.
 pub(crate) fn time(t: SystemTime) -> String {
-    DateTime::<Utc>::from(t).to_rfc3339_opts(SecondsFormat::Millis, true)
+    let ms: i128 = match t.duration_since(SystemTime::UNIX_EPOCH) {
+        Ok(d) => i128::try_from(d.as_millis()).unwrap_or(i128::MAX),
+        Err(e) => i128::try_from(e.duration().as_millis()).map_or(i128::MIN, |ms| -ms),
+    };
+    i64::try_from(ms)
+        .ok()
+        .and_then(DateTime::<Utc>::from_timestamp_millis)
+        .filter(|d| (0..=9999).contains(&d.year()))
+        .map_or_else(
+            || format!("{ms} (unix ms, not a date)"),
+            |d| d.to_rfc3339_opts(SecondsFormat::Millis, true),
+        )
 }
 
 /// Now, as [`time`] prints it.
@@ -101,5 +114,17 @@ mod tests {
     fn times_are_utc_rfc3339() {
         let t = SystemTime::UNIX_EPOCH + Duration::from_millis(1_700_000_000_123);
         assert_eq!(time(t), "2023-11-14T22:13:20.123Z");
+    }
+
+    #[test]
+    fn times_no_date_can_show_print_as_unix_ms() {
+        let t = SystemTime::UNIX_EPOCH + Duration::from_millis(9_000_000_000_000_000);
+        assert_eq!(time(t), "9000000000000000 (unix ms, not a date)");
+        let t = SystemTime::UNIX_EPOCH + Duration::from_millis(253_402_300_800_000);
+        assert_eq!(time(t), "253402300800000 (unix ms, not a date)");
+        let t = SystemTime::UNIX_EPOCH - Duration::from_millis(62_167_219_200_001);
+        assert_eq!(time(t), "-62167219200001 (unix ms, not a date)");
+        let t = SystemTime::UNIX_EPOCH + Duration::from_millis(253_402_300_799_999);
+        assert_eq!(time(t), "9999-12-31T23:59:59.999Z");
     }
 }

@@ -307,6 +307,57 @@ async fn history_and_status_show_cron_runs() {
     a.shutdown().await;
 }
 
+/// Times no clock writes (stray writes to the keys): the tool shows what it
+/// can, and does not crash (chrono panicked on them).
+#[tokio::test]
+async fn times_no_clock_writes_do_not_crash_the_tool() {
+    let server = RedisServer::start().await.unwrap();
+    for args in [
+        &[
+            "HSET",
+            "leader:{jobs}:paused",
+            "by",
+            "ops",
+            "at",
+            "9000000000000000",
+            "reason",
+            "x",
+        ][..],
+        &[
+            "RPUSH",
+            "leader:{jobs}:cron-history:nightly",
+            "99999999999999999\t1\t0\t0\tok\ti\t",
+        ],
+    ] {
+        server.cmd(args).await.unwrap();
+    }
+    for args in [
+        &["status"][..],
+        &["status", "--json"],
+        &["history", G, "nightly"],
+        &["history", G],
+    ] {
+        let out = leader(&server, args).await;
+        assert_exit(&out, 0);
+    }
+    let text = stdout(&leader(&server, &["status"]).await);
+    assert!(
+        text.contains("yes, by ops since 1970-01-01T00:00:00.000Z: x"),
+        "{text}"
+    );
+    let mut cmd = command();
+    cmd.arg("--url").arg(server.url()).arg("watch");
+    let watch = ChildProcess::spawn(cmd).unwrap();
+    watch
+        .stdout()
+        .wait_for(
+            |l| l.contains("jobs: paused by ops since"),
+            Duration::from_secs(5),
+        )
+        .await
+        .unwrap();
+}
+
 #[tokio::test]
 async fn watch_prints_transitions_as_they_happen() {
     let server = RedisServer::start().await.unwrap();

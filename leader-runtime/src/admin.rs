@@ -112,7 +112,11 @@ pub struct GroupInfo {
 pub struct Pause {
     /// Who paused it, as they said (the CLI: user and host).
     pub by: String,
-    /// When, by the pausing machine's clock.
+    /// When, by the pausing machine's clock. [`UNIX_EPOCH`] when the pause
+    /// key holds no time [`Admin::pause`] could have written (unreadable,
+    /// negative, or after the year 9999: written by something else): the
+    /// group is paused all the same, and such a time would only break
+    /// whoever formats it.
     pub at: SystemTime,
     /// Why, if given.
     pub reason: Option<String>,
@@ -333,7 +337,10 @@ impl Admin {
             token: found.token,
             paused: found.paused.map(|p| Pause {
                 by: p.by,
-                at: UNIX_EPOCH + Duration::from_millis(u64::try_from(p.at).unwrap_or_default()),
+                at: u64::try_from(p.at)
+                    .ok()
+                    .and_then(crate::clock::wall_time_from_unix_ms)
+                    .unwrap_or(UNIX_EPOCH),
                 reason: (!p.reason.is_empty()).then_some(p.reason),
             }),
             cron_jobs: Vec::new(),
@@ -420,7 +427,9 @@ impl Admin {
         Ok(Some(holder))
     }
 
-    /// The last runs of cron job `job` of `group`, newest first (feature `cron`).
+    /// The last runs of cron job `job` of `group`, newest first (feature
+    /// `cron`), without the entries [`cron::history`](crate::cron::history)
+    /// leaves out.
     ///
     /// # Errors
     ///
@@ -564,5 +573,37 @@ mod tests {
             .unwrap();
         let err = Admin::new(&config).unwrap_err();
         assert!(matches!(err, crate::Error::NoTokioRuntime), "{err}");
+    }
+
+    /// A pause time no clock writes (a stray `HSET`) reads as the epoch: the
+    /// pause holds, and formatting its time cannot panic.
+    #[tokio::test]
+    async fn a_pause_time_past_the_year_9999_reads_as_the_epoch() {
+        let mem = crate::MemoryBackend::new();
+        let admin = Admin::new(&Config::builder().memory(mem.clone()).build().unwrap()).unwrap();
+        let key = GroupKeys::new(admin.prefix(), "jobs").paused;
+        for (at, expect) in [
+            (
+                1_700_000_000_123,
+                UNIX_EPOCH + Duration::from_millis(1_700_000_000_123),
+            ),
+            (
+                253_402_300_799_999,
+                UNIX_EPOCH + Duration::from_millis(253_402_300_799_999),
+            ),
+            (253_402_300_800_000, UNIX_EPOCH),
+            (9_000_000_000_000_000, UNIX_EPOCH),
+            (-1, UNIX_EPOCH),
+        ] {
+            let mark = PauseMark {
+                by: "ops".into(),
+                at,
+                reason: String::new(),
+            };
+            mem.set_paused("jobs", &key, mark).unwrap();
+            let pause = admin.group("jobs").await.unwrap().paused.expect("paused");
+            assert_eq!(pause.at, expect, "{at}");
+            assert_eq!(pause.by, "ops");
+        }
     }
 }

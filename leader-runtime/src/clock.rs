@@ -79,6 +79,19 @@ pub(crate) fn nanos(d: Duration) -> u64 {
         .saturating_add(u64::from(d.subsec_nanos()))
 }
 
+/// The last millisecond of the year 9999 (UTC), in Unix ms: the latest
+/// wall-clock time a value read back from the backend may stand for.
+const LATEST_UNIX_MS: u64 = 253_402_300_799_999;
+
+/// A wall-clock time the backend holds as Unix ms (a pause's, a cron run's),
+/// or `None` past the year 9999. No clock writes such a value, only a
+/// stray write does; and as a `SystemTime` it would break whoever formats
+/// it (chrono's `DateTime::from(SystemTime)` panics past the year 262143,
+/// and RFC 3339 has no such years).
+pub(crate) fn wall_time_from_unix_ms(ms: u64) -> Option<std::time::SystemTime> {
+    (ms <= LATEST_UNIX_MS).then(|| std::time::UNIX_EPOCH + Duration::from_millis(ms))
+}
+
 /// Whether this system has a coarse clock of the same origin as the precise
 /// one, fine enough to be worth it (checked once).
 fn coarse_usable() -> bool {

@@ -4,6 +4,7 @@ use std::fmt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::backend::cron::JobKeys;
+use crate::clock::wall_time_from_unix_ms;
 use crate::names::validate_group;
 use crate::{global, Error, Result, Runtime};
 
@@ -175,6 +176,9 @@ impl Run {
         )
     }
 
+    /// The entry back; `None` for one this crate did not write: malformed,
+    /// or with a time after the year 9999, which no clock gives (and which
+    /// would break whoever formats it).
     pub(crate) fn parse(entry: &str) -> Option<Self> {
         let mut f = entry.splitn(7, '\t');
         let tick: u64 = f.next()?.parse().ok()?;
@@ -185,10 +189,10 @@ impl Run {
         let instance = f.next()?.to_owned();
         let outcome = Outcome::parse(word, f.next().unwrap_or(""))?;
         Some(Self {
-            scheduled: UNIX_EPOCH.checked_add(Duration::from_millis(tick))?,
+            scheduled: wall_time_from_unix_ms(tick)?,
             instance,
             token,
-            started: UNIX_EPOCH.checked_add(Duration::from_millis(started))?,
+            started: wall_time_from_unix_ms(started)?,
             duration: Duration::from_millis(duration),
             outcome,
         })
@@ -204,7 +208,9 @@ pub(crate) fn unix_ms(t: SystemTime) -> i64 {
 
 /// The last runs of cron job `job` of `group`, fleet-wide, newest first:
 /// what the backend keeps ([`JobBuilder::history`](super::JobBuilder::history)
-/// entries, default 20), read from the global runtime's backend.
+/// entries, default 20), read from the global runtime's backend. Entries
+/// this crate did not write (malformed, or with a time after the year 9999)
+/// are left out.
 ///
 /// # Examples
 ///
@@ -259,5 +265,23 @@ impl Runtime {
                 after: limit,
             })??;
         Ok(entries.iter().filter_map(|e| Run::parse(e)).collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_with_times_no_clock_gives_are_left_out() {
+        let ok = "1700000000000\t7\t1700000000100\t5\tok\ta\t";
+        let run = Run::parse(ok).expect("a run");
+        assert_eq!(unix_ms(run.scheduled), 1_700_000_000_000);
+        assert_eq!(run.entry(), ok);
+        // The last millisecond of 9999 is a time; the next one is not.
+        assert!(Run::parse("253402300799999\t1\t0\t0\tok\ti\t").is_some());
+        assert_eq!(Run::parse("253402300800000\t1\t0\t0\tok\ti\t"), None);
+        assert_eq!(Run::parse("99999999999999999\t1\t0\t0\tok\ti\t"), None);
+        assert_eq!(Run::parse("0\t1\t99999999999999999\t0\tok\ti\t"), None);
     }
 }
