@@ -60,8 +60,8 @@ pub(crate) struct Connection {
     /// The key prefix of the fleet (the library's `key_prefix`).
     #[arg(long, global = true, default_value = leader_runtime::DEFAULT_KEY_PREFIX)]
     prefix: String,
-    /// How long to wait for each answer from Redis, in seconds.
-    #[arg(long, global = true, value_name = "SECONDS", default_value = "2", value_parser = positive_seconds)]
+    /// How long to wait for each answer from Redis, in seconds (at most a day).
+    #[arg(long, global = true, value_name = "SECONDS", default_value = "2", value_parser = timeout_seconds)]
     timeout: Duration,
 }
 
@@ -92,7 +92,7 @@ impl Connection {
         let timeout = self.timeout;
         // The lease timings only have to be consistent with the call
         // timeout: this process never leads.
-        let ttl = (timeout * 4).max(leader_runtime::DEFAULT_TTL);
+        let ttl = timeout.saturating_mul(4).max(leader_runtime::DEFAULT_TTL);
         builder
             .key_prefix(&self.prefix)
             .call_timeout(timeout)
@@ -113,10 +113,33 @@ fn seconds(s: &str) -> Result<Duration, String> {
         .map_err(|_| format!("`{s}` is not a duration in seconds (0 or more)"))
 }
 
-/// As [`seconds`], and more than 0.
-fn positive_seconds(s: &str) -> Result<Duration, String> {
+/// Longest `--timeout`: any longer is no timeout, and the lease timings
+/// derived from it (`4 × timeout`) stay far from overflowing.
+const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
+
+/// Longest `--wait`: scripts pass a huge number for "as long as it takes";
+/// a year is that, and `now + wait` cannot overflow an `Instant`.
+const MAX_WAIT: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// `--timeout`: as [`seconds`], more than 0 and at most [`MAX_TIMEOUT`].
+fn timeout_seconds(s: &str) -> Result<Duration, String> {
     match seconds(s)? {
         d if d.is_zero() => Err("must be more than 0 seconds".to_owned()),
+        d if d > MAX_TIMEOUT => Err(format!(
+            "must be at most a day ({} seconds)",
+            MAX_TIMEOUT.as_secs()
+        )),
+        d => Ok(d),
+    }
+}
+
+/// `--wait`: as [`seconds`], at most [`MAX_WAIT`].
+fn wait_seconds(s: &str) -> Result<Duration, String> {
+    match seconds(s)? {
+        d if d > MAX_WAIT => Err(format!(
+            "must be at most a year ({} seconds)",
+            MAX_WAIT.as_secs()
+        )),
         d => Ok(d),
     }
 }
@@ -153,8 +176,8 @@ pub(crate) enum Command {
     StepDown {
         /// The group.
         group: String,
-        /// How long to wait for the hand-over, in seconds (0: don't wait).
-        #[arg(long, value_name = "SECONDS", default_value = "30", value_parser = seconds)]
+        /// How long to wait for the hand-over, in seconds (0: don't wait; at most a year).
+        #[arg(long, value_name = "SECONDS", default_value = "30", value_parser = wait_seconds)]
         wait: Duration,
     },
     /// Pause GROUP fleet-wide: no instance acquires it, and its leader drains and
@@ -171,8 +194,9 @@ pub(crate) enum Command {
         /// Who pauses (shown by `status`); by default user@host.
         #[arg(long)]
         by: Option<String>,
-        /// How long to wait for the leader to release, in seconds (0: don't wait).
-        #[arg(long, value_name = "SECONDS", default_value = "30", value_parser = seconds)]
+        /// How long to wait for the leader to release, in seconds (0: don't wait; at most a
+        /// year).
+        #[arg(long, value_name = "SECONDS", default_value = "30", value_parser = wait_seconds)]
         wait: Duration,
     },
     /// End the pause of GROUP: an instance acquires it again.

@@ -311,7 +311,8 @@ async fn step_down(admin: &Admin, group: &str, wait: Duration) -> Result<(), Str
     if wait.is_zero() {
         return Ok(());
     }
-    let deadline = Instant::now() + wait;
+    // `--wait` is bounded, so the sum does not overflow; unchecked it would panic.
+    let deadline = Instant::now().checked_add(wait);
     loop {
         let now = admin.group(group).await.map_err(fail)?.holder;
         match now {
@@ -325,7 +326,7 @@ async fn step_down(admin: &Admin, group: &str, wait: Duration) -> Result<(), Str
                 return Ok(());
             }
         }
-        if Instant::now() >= deadline {
+        if deadline.is_some_and(|d| Instant::now() >= d) {
             return Err(format!(
                 "{holder} still holds `{group}` after {wait:?}: it may be draining a long \
                  run, or it did not get the request (an older version, or an ACL user without \
@@ -354,14 +355,15 @@ async fn pause(
     if wait.is_zero() {
         return Ok(());
     }
-    let deadline = Instant::now() + wait;
+    // As in `step_down`: no overflow, and no panic if there were one.
+    let deadline = Instant::now().checked_add(wait);
     loop {
         match admin.group(group).await.map_err(fail)?.holder {
             None => {
                 out!("nobody leads `{group}`");
                 return Ok(());
             }
-            Some(h) if Instant::now() >= deadline => {
+            Some(h) if deadline.is_some_and(|d| Instant::now() >= d) => {
                 return Err(format!(
                     "paused, but {h} still holds `{group}` after {wait:?} (it may be draining \
                      a long run, or run a version without pause support)"

@@ -490,11 +490,30 @@ async fn usage_errors_exit_2_and_help_has_examples() {
         &["step-down", "g", "--wait", "nan"],
         &["step-down", "g", "--wait", "1e300"],
         &["watch", "--interval", "10"],
+        // Durations too long to mean anything (they overflowed `Instant`s
+        // and `Duration` arithmetic).
+        &["--timeout", "5e18", "status"],
+        &["--timeout", "86401", "status"],
+        &["pause", "g", "--wait", "1e19"],
+        &["step-down", "g", "--wait", "1e19"],
+        &["step-down", "g", "--wait", "31536001"],
     ] {
         let mut cmd = command();
         cmd.args(["--url", "redis://127.0.0.1:1"]).args(args);
         let out = run(cmd).await;
         assert_exit(&out, 2);
+        assert!(!stderr(&out).contains("panicked"), "{}", stderr(&out));
+    }
+    // The longest allowed: no usage error (nothing listens on port 1).
+    for args in [
+        &["--timeout", "86400", "resume", "g"][..],
+        &["--timeout", "0.5", "step-down", "g", "--wait", "31536000"],
+        &["--timeout", "0.5", "pause", "g", "--wait", "31536000"],
+    ] {
+        let mut cmd = command();
+        cmd.args(["--url", "redis://127.0.0.1:1"]).args(args);
+        let out = run(cmd).await;
+        assert_exit(&out, 1);
         assert!(!stderr(&out).contains("panicked"), "{}", stderr(&out));
     }
     let mut cmd = command();
