@@ -998,7 +998,9 @@ impl Shared {
                 }
             };
             tokio::select! {
-                r = body => r.unwrap_or(Outcome::Panicked),
+                // Redacted here, before the log, the history and `status`
+                // see it: the body's error may name a URL with its password.
+                r = body => r.map_or(Outcome::Panicked, Outcome::cleaned),
                 () = keep_alive => Outcome::Cancelled,
                 () = lost => Outcome::Cancelled,
             }

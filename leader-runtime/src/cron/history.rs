@@ -24,7 +24,8 @@ use crate::{global, Error, Result, Runtime};
 pub enum Outcome {
     /// The body returned `()` or `Ok(_)`.
     Ok,
-    /// The body returned `Err(e)`: `e`'s message (at most 256 bytes).
+    /// The body returned `Err(e)`: `e`'s message, URL credentials
+    /// redacted (`postgres://app:***@db`), at most 256 bytes.
     Error(String),
     /// The body panicked (the panic was caught; the scheduler goes on).
     Panicked,
@@ -63,6 +64,16 @@ impl Outcome {
             "missed" => Outcome::Missed,
             _ => return None,
         })
+    }
+
+    /// The outcome as it is logged and kept: an error's message as
+    /// [`clean`] makes it (a [`TickResult`] of the user's may return any
+    /// text).
+    pub(crate) fn cleaned(self) -> Self {
+        match self {
+            Outcome::Error(message) => Outcome::Error(clean(&message)),
+            other => other,
+        }
     }
 
     /// Whether the body ran (to any end).
@@ -112,8 +123,12 @@ impl<T, E: fmt::Display> TickResult for std::result::Result<T, E> {
     }
 }
 
-/// A message as the history keeps it: no control characters, at most 256 bytes.
+/// A message as the history keeps it (fleet-wide, shown by `leader
+/// history`) and the log shows it: URL credentials redacted, no control
+/// characters, at most 256 bytes. Redacted first: a URL cut short before
+/// its `@` would no longer read as holding a password.
 fn clean(message: &str) -> String {
+    let message = crate::redact::redact_text(message);
     let mut out = String::new();
     for c in message.chars() {
         let c = if c.is_control() { ' ' } else { c };

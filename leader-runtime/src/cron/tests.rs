@@ -594,6 +594,79 @@ async fn outcomes_errors_and_panics_are_recorded() {
     let _ = sleep_until;
 }
 
+/// A body's error that names a URL with its password: the log, the
+/// fleet-wide history and this instance's recent runs show it redacted,
+/// also when the body's own `TickResult` says it, and also when the 256
+/// bytes kept end inside the URL.
+#[tokio::test(start_paused = true)]
+async fn a_password_in_a_body_error_is_redacted_everywhere() {
+    struct Own;
+    impl super::TickResult for Own {
+        fn outcome(self) -> Outcome {
+            Outcome::Error("own redis://ops:0wn-pw@cache".into())
+        }
+    }
+    enum Said {
+        Plain,
+        Own,
+    }
+    impl super::TickResult for Said {
+        fn outcome(self) -> Outcome {
+            match self {
+                Said::Plain => Err::<(), _>(format!(
+                    "{} connect postgres://app:s3cret-pw@db/x refused",
+                    "x".repeat(228)
+                ))
+                .outcome(),
+                Said::Own => Own.outcome(),
+            }
+        }
+    }
+    let captured = crate::test_support::Captured::default();
+    let _capture = crate::test_support::capture_this_thread(&captured);
+    let rt = instance(&MemoryBackend::new(), "a");
+    assert!(rt.run_if_leader(G, || async {}).await.is_some());
+    let t = base();
+    let mut job = JobBuilder::new(EVERY_SECOND, G)
+        .name("leaky")
+        .tolerance(Duration::from_secs(1))
+        .runtime(&rt)
+        .prepare(|tick| async move {
+            let secs = tick
+                .scheduled()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_secs();
+            if secs % 2 == 0 {
+                Said::Plain
+            } else {
+                Said::Own
+            }
+        })
+        .unwrap();
+    job.created = at(t, 0);
+    for s in 0..2 {
+        job.fire_at(at(t + s, 100)).await;
+    }
+    let history = rt.cron_history(G, "leaky").await.unwrap();
+    let recent: Vec<_> = job.recent.lock().unwrap().iter().cloned().collect();
+    let logged = captured.lines("WARN", "cron tick body failed");
+    assert_eq!((history.len(), recent.len(), logged.len()), (2, 2, 2));
+    let shown: Vec<String> = history
+        .iter()
+        .chain(&recent)
+        .map(|r| r.outcome.to_string())
+        .chain(logged)
+        .collect();
+    for text in &shown {
+        assert!(
+            !text.contains("s3cret-pw") && !text.contains("0wn-pw") && !text.contains("s3cr"),
+            "{text}"
+        );
+        assert!(text.contains(":***@"), "{text}");
+    }
+}
+
 /// The per-job metrics (feature `metrics`): runs by outcome and their
 /// durations, read back through the test binary's debugging recorder.
 #[cfg(feature = "metrics")]
