@@ -299,6 +299,22 @@ async fn a_stray_key_at_a_pause_name_pauses_and_is_listed_without_failing_the_re
     assert!(groups
         .iter()
         .any(|g| g.group == G && g.holder.as_deref() == Some("a")));
+    // A key whose name is not UTF-8 is no group's: left out, not a failure
+    // of the whole list (`leader status` exited 1 on it).
+    server
+        .cmd(&[
+            "EVAL",
+            "return redis.call('SET', 'leader:{bin\\255}:lease', 'x')",
+            "0",
+        ])
+        .await
+        .unwrap();
+    let groups = admin.groups().await.unwrap();
+    assert!(groups.iter().any(|g| g.group == G), "{groups:?}");
+    assert!(
+        !groups.iter().any(|g| g.group.starts_with("bin")),
+        "{groups:?}"
+    );
     // `resume` deletes the stray key: the group runs again.
     assert!(admin.resume("other").await.unwrap());
     until_leader(&a, "other").await;

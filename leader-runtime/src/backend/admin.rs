@@ -88,7 +88,8 @@ impl Backend {
     /// names and prefixes have none), by `SCAN`. On Redis Cluster, `SCAN`
     /// on each master (listed by `CLUSTER SLOTS`), or on the master of the
     /// group's slot alone when `start` is within one group
-    /// (`{prefix}:{group}:…`).
+    /// (`{prefix}:{group}:…`). Keys whose names are not UTF-8 are left
+    /// out: no group or job name is, so they hold nothing of this crate's.
     pub(crate) async fn keys_starting_with(&self, start: &str) -> Result<Vec<String>> {
         match self {
             Backend::Redis(b) => b.keys_starting_with(start).await,
@@ -165,7 +166,8 @@ impl RedisBackend {
     }
 }
 
-/// Every key matching `pattern`, by `SCAN` on `node` (a cluster's) or the server.
+/// Every key matching `pattern` whose name is UTF-8, by `SCAN` on `node` (a
+/// cluster's) or the server.
 async fn scan(
     conn: &mut Conn,
     node: Option<redis::cluster_routing::SingleNodeRoutingInfo>,
@@ -189,12 +191,14 @@ async fn scan(
             (conn, _) => cmd.query_async(conn).await,
         }
         .map_err(err)?;
-        let (next, batch): (u64, Vec<String>) =
+        // Names as bytes: one stray key with a binary name must not fail
+        // the whole list (`Admin::groups` lists what it can read).
+        let (next, batch): (u64, Vec<Vec<u8>>) =
             redis::from_redis_value(reply).map_err(|e| Error::Protocol {
                 group: "*".to_owned(),
                 message: format!("SCAN returned {e}"),
             })?;
-        keys.extend(batch);
+        keys.extend(batch.into_iter().filter_map(|k| String::from_utf8(k).ok()));
         if next == 0 {
             return Ok(keys);
         }
