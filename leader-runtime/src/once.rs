@@ -460,10 +460,9 @@ fn record(name: &str, stored: &Stored, ran_under: Option<u64>) -> Option<OnceRec
         name: name.to_owned(),
         instance_id: done.by.clone(),
         token: done.token,
-        // A malformed time (not one the script wrote) shows as the epoch.
-        finished_at: UNIX_EPOCH
-            .checked_add(Duration::from_millis(done.at_ms))
-            .unwrap_or(UNIX_EPOCH),
+        // A time no clock writes (not one the script wrote) shows as the
+        // epoch, as a pause's does.
+        finished_at: crate::clock::wall_time_from_unix_ms(done.at_ms).unwrap_or(UNIX_EPOCH),
         summary: done.summary.clone(),
         attempts: stored.attempts,
         ran_here: ran_under == Some(done.token),

@@ -683,3 +683,26 @@ async fn a_begin_answered_after_the_view_ended_does_not_start_the_body() {
         }
     }
 }
+
+/// A success time no clock writes (a stray write to the result's key) reads
+/// as the epoch: as a `SystemTime` past the year 9999 it would break whoever
+/// formats it (chrono panics past the year 262143).
+#[test]
+fn a_success_time_no_clock_writes_reads_as_the_epoch() {
+    use crate::backend::once::{Done, Stored};
+    let stored = |at_ms| Stored {
+        attempts: 1,
+        failures: 0,
+        error: String::new(),
+        done: Some(Done {
+            token: 7,
+            by: "a".to_owned(),
+            at_ms,
+            summary: "ok".to_owned(),
+        }),
+    };
+    let at = |ms| super::record(NAME, &stored(ms), None).unwrap().finished_at;
+    assert_eq!(at(1_000), std::time::UNIX_EPOCH + Duration::from_secs(1));
+    assert_eq!(at(9_000_000_000_000_000), std::time::UNIX_EPOCH);
+    assert_eq!(at(u64::MAX), std::time::UNIX_EPOCH);
+}
