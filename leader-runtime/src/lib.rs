@@ -448,7 +448,15 @@
 //!   first stop admitting gated runs, then wait for those in flight (bounded
 //!   by what the view has left), and only then release, so the next leader
 //!   never starts while a body here still runs. If a body is still running
-//!   when the view ends, the lease is not released: it expires.
+//!   when the view ends, the lease is not released: it expires. Once a
+//!   drain has begun, every gated call of that group is refused — also one
+//!   made by a body in flight (recursion, a gated helper of the same group),
+//!   which then gets `None` (or its `default`) mid-run: keep a body's own
+//!   gated helpers of its group ungated, and pass the lease along
+//!   ([`current_lease`]) where they need it. (Admitting such a call would
+//!   need the drain to see it counted before it could run elsewhere: an
+//!   async call can move to another thread, whose count the drain might read
+//!   first.)
 //!
 //! # The cron recipe
 //!

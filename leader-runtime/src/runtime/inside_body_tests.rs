@@ -81,3 +81,33 @@ async fn set_eligible_false_inside_the_body_returns_at_once_and_releases_after_i
 async fn shutdown_inside_the_body_returns_at_once_and_releases_after_it() {
     check(|rt| Box::pin(async move { rt.shutdown().await })).await;
 }
+
+/// A gated call of the same group made by a body in flight while a hand-over
+/// (asked from outside) drains is refused like any new run, as the crate
+/// docs say ("drain before release"): admitting it safely would need the
+/// drain to see its count-in before a count-out on another thread's slot.
+/// This pins that documented behaviour; the hand-over still waits for the
+/// body.
+#[tokio::test(start_paused = true)]
+async fn a_nested_call_is_refused_while_a_hand_over_waits_for_its_body() {
+    let mem = MemoryBackend::new();
+    let a = instance(&mem, "a");
+    assert!(a.run_if_leader(G, || async {}).await.is_some());
+    let (rt, stepper) = (a.clone(), a.clone());
+    let (before, during, stepped) = a
+        .run_if_leader(G, || async move {
+            let before = rt.run_if_leader(G, || async { 7 }).await;
+            // An operator's step-down (or a shutdown) begins: it stops
+            // admitting and waits for this body.
+            let step_down = tokio::spawn(async move { stepper.step_down(G).await });
+            settle().await;
+            assert!(!step_down.is_finished(), "the drain waits for this body");
+            let during = rt.run_if_leader(G, || async { 8 }).await;
+            (before, during, step_down)
+        })
+        .await
+        .expect("a leads");
+    assert_eq!((before, during), (Some(7), None));
+    stepped.await.unwrap().unwrap();
+    assert!(!a.is_leader(G));
+}
