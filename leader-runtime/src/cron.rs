@@ -20,7 +20,7 @@
 //! | Redis outage | nothing is claimed, so nothing runs; ticks due meanwhile are missed, per [`Missed`]; a claim whose reply was lost is recognised as ours (by its token) when retried |
 //! | data loss (flush, restart without persistence, restore from a snapshot, failover to a lagging replica, eviction) | fail closed: a leadership that began after the lease record was lost or restored never looks back before its own start, and a restored job record refuses every tick before the first claim seen after the restore — such ticks are recorded as *missed*, never run twice |
 //! | clock skew | ids are the schedule's own times, not the host's: hosts within [`tolerance`](JobBuilder::tolerance) (default 5 s) of each other name a tick alike, and a tick that falls between two leaders is run (late) by the second |
-//! | DST, host time zones | a job's schedule is read in its [`time_zone`](JobBuilder::time_zone) (IANA, default UTC); a local time that does not exist (spring forward) runs at the first instant after the gap, a repeated one (fall back) once; ids are UTC instants, the same whatever a host's `TZ` |
+//! | DST, host time zones | a job's schedule is read in its [`time_zone`](JobBuilder::time_zone) (IANA, default UTC); every local time the schedule matches runs once: at the first instant after the gap if the day does not have it (spring forward), at its first occurrence if the day has it twice (fall back), else at itself — local times that land on one instant (several in one gap, or a gap's time and the time after the gap) are one tick; ids are UTC instants, the same whatever a host's `TZ` |
 //!
 //! # Policies, per job
 //!
@@ -87,7 +87,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
 
-use chrono::{DateTime, TimeDelta, Utc};
+use chrono::{DateTime, LocalResult, NaiveDateTime, TimeDelta, TimeZone, Utc};
 pub use chrono_tz;
 use chrono_tz::Tz;
 use croner::parser::{CronParser, Seconds};
@@ -592,6 +592,71 @@ impl JobBuilder {
     }
 }
 
+/// The instant a local time in `tz` runs at: itself; its first occurrence
+/// if the day has it twice (fall back); the first instant after the gap if
+/// the day does not have it (spring forward). `None` past chrono's range.
+fn instant(tz: &Tz, local: NaiveDateTime) -> Option<DateTime<Utc>> {
+    match tz.from_local_datetime(&local) {
+        LocalResult::Single(at) | LocalResult::Ambiguous(at, _) => Some(at.with_timezone(&Utc)),
+        LocalResult::None => {
+            // The first local time after the gap: widen the step until one
+            // exists (gaps are at most a day long), then bisect.
+            let exists =
+                |n: NaiveDateTime| !matches!(tz.from_local_datetime(&n), LocalResult::None);
+            let (mut lo, mut step) = (local, TimeDelta::seconds(1));
+            let mut hi = local.checked_add_signed(step)?;
+            while !exists(hi) {
+                if step > TimeDelta::days(3) {
+                    return None;
+                }
+                lo = hi;
+                step = step * 2;
+                hi = local.checked_add_signed(step)?;
+            }
+            let hi = bisect(lo, hi, exists);
+            tz.from_local_datetime(&hi)
+                .earliest()
+                .map(|at| at.with_timezone(&Utc))
+        }
+    }
+}
+
+/// The last second of the repeated local hour (fall back) that `local`, a
+/// repeated time, lies in.
+fn last_repeated(tz: &Tz, local: NaiveDateTime) -> NaiveDateTime {
+    let repeated =
+        |n: NaiveDateTime| matches!(tz.from_local_datetime(&n), LocalResult::Ambiguous(..));
+    let (mut lo, mut step) = (local, TimeDelta::seconds(1));
+    loop {
+        match local.checked_add_signed(step) {
+            Some(hi) if repeated(hi) && step <= TimeDelta::days(3) => {
+                lo = hi;
+                step = step * 2;
+            }
+            Some(hi) => return bisect(lo, hi, |n| !repeated(n)) - TimeDelta::seconds(1),
+            None => return lo,
+        }
+    }
+}
+
+/// The first second in `(lo, hi]` where `after` holds, given that it does
+/// not at `lo`, does at `hi`, and switches once in between.
+fn bisect(
+    mut lo: NaiveDateTime,
+    mut hi: NaiveDateTime,
+    after: impl Fn(NaiveDateTime) -> bool,
+) -> NaiveDateTime {
+    while hi - lo > TimeDelta::seconds(1) {
+        let mid = lo + TimeDelta::seconds((hi - lo).num_seconds() / 2);
+        if after(mid) {
+            hi = mid;
+        } else {
+            lo = mid;
+        }
+    }
+    hi
+}
+
 /// Check a job name: 1 to 128 bytes of ASCII letters, digits and
 /// `. _ : - * / , ?` (the last four for the names [`job`] derives from
 /// schedules).
@@ -673,52 +738,44 @@ impl Shared {
         Utc::now() + self.offset
     }
 
-    /// The schedule's latest time before `t` (at or before, if `inclusive`),
-    /// as the scheduler's forward search finds it: a local time in a DST gap
-    /// fires at the first instant after the gap, a repeated one once (the
-    /// backward search of croner disagrees on both).
+    /// The schedule's latest tick before `t` (at or before, if `inclusive`):
+    /// the latest instant that a local time matching the schedule maps to
+    /// (see [`instant`]) — a time in a DST gap to the first instant after
+    /// the gap, a repeated time to its first occurrence.
+    ///
+    /// The schedule is matched against the zone's wall clock read as a
+    /// naive time (croner's search in UTC, which has no DST), not by
+    /// croner's own DST handling: that snaps a search step that lands in a
+    /// gap to the gap's end only when hour, minute and second are single
+    /// values, and then whether or not the schedule's time is in the gap
+    /// (a 01:30 job ran again at 03:00 on the spring-forward day, and a
+    /// `2,14` job lost its 02:30).
     fn previous(&self, t: &DateTime<Utc>, inclusive: bool) -> Option<DateTime<Utc>> {
+        // Ticks are whole seconds: the latest one at or before `bound`.
+        let secs = if inclusive || t.timestamp_subsec_nanos() != 0 {
+            t.timestamp()
+        } else {
+            t.timestamp() - 1
+        };
+        let bound = DateTime::from_timestamp(secs, 0)?;
         let tz = &self.time_zone;
-        let (mut from, mut incl) = (*t, inclusive);
-        for _ in 0..8 {
-            let p = self
-                .cron
-                .find_previous_occurrence(&from.with_timezone(tz), incl)
-                .ok()?
-                .with_timezone(&Utc);
-            // Where the forward search from the occurrence before lands.
-            let fires = match self
-                .cron
-                .find_previous_occurrence(&p.with_timezone(tz), false)
-            {
-                Ok(before) => self
-                    .cron
-                    .find_next_occurrence(&before, false)
-                    .ok()?
-                    .with_timezone(&Utc),
-                Err(_) => p,
-            };
-            let before_t = |x: &DateTime<Utc>| *x < *t || (inclusive && *x == *t);
-            if before_t(&fires) {
-                // The backward search misses the second of a repeated local
-                // time (fall back): step forward while still before `t`.
-                let mut fires = fires;
-                for _ in 0..8 {
-                    match self
-                        .cron
-                        .find_next_occurrence(&fires.with_timezone(tz), false)
-                    {
-                        Ok(next) if before_t(&next.with_timezone(&Utc)) => {
-                            fires = next.with_timezone(&Utc);
-                        }
-                        _ => break,
-                    }
-                }
-                return Some(fires);
+        let local = bound.with_timezone(tz).naive_local();
+        // Every local time up to `local` maps to `bound` or earlier (the
+        // mapping keeps order), and none after — except in the second pass
+        // of a repeated hour (fall back), when the whole hour already
+        // passed, at its first occurrence.
+        let upto = match tz.from_local_datetime(&local) {
+            LocalResult::Ambiguous(first, _) if first.with_timezone(&Utc) != bound => {
+                last_repeated(tz, local)
             }
-            (from, incl) = (p, false);
-        }
-        None
+            _ => local,
+        };
+        let at = self
+            .cron
+            .find_previous_occurrence(&upto.and_utc(), true)
+            .ok()?
+            .naive_utc();
+        instant(tz, at)
     }
 
     /// The ticks to decide now, oldest first: the schedule's times at or

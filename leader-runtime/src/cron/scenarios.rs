@@ -138,8 +138,7 @@ pub(super) async fn missed_policies(rt: &Runtime) {
 /// Berlin time: a 02:30 job on the spring-forward day (02:00 → 03:00) runs
 /// once, at 03:00 CEST; on the fall-back day (the hour 02:00–03:00 twice)
 /// once, at the first 02:30; an hourly job runs at the first 02:00, not the
-/// repeated one, then at 03:00 CET (croner's forward search, which the
-/// scheduler uses). Ids are UTC instants.
+/// repeated one, then at 03:00 CET. Ids are UTC instants.
 pub(super) async fn dst(rt: &Runtime) {
     assert!(rt.run_if_leader(G, || async {}).await.is_some());
     let berlin = chrono_tz::Europe::Berlin;

@@ -2,6 +2,7 @@
 //! host clocks: tick ids, policies, DST, and each tick at most once through
 //! handovers, skew, lost replies, lost leases and lost or restored data.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -724,4 +725,345 @@ async fn runs_are_counted_by_outcome_with_their_durations() {
         Some(DebugValue::Histogram(samples)) => assert_eq!(samples.len(), 3),
         other => panic!("{other:?}"),
     }
+}
+
+/// A `Shared` for `schedule` in `tz`, only to compute ticks.
+fn in_zone(schedule: &str, tz: chrono_tz::Tz) -> Shared {
+    JobBuilder::new(schedule, G)
+        .name("dst")
+        .time_zone(tz)
+        .prepare(|_| async {})
+        .unwrap()
+}
+
+fn utc(y: i32, mo: u32, d: u32, h: u32, mi: u32) -> chrono::DateTime<chrono::Utc> {
+    use chrono::TimeZone;
+    chrono::Utc.with_ymd_and_hms(y, mo, d, h, mi, 0).unwrap()
+}
+
+/// The ticks of `job` in `[from, to]`, as `plan()` walks them (backwards).
+fn ticks_between(
+    job: &Shared,
+    from: chrono::DateTime<chrono::Utc>,
+    to: chrono::DateTime<chrono::Utc>,
+) -> Vec<chrono::DateTime<chrono::Utc>> {
+    let mut out = Vec::new();
+    let mut next = job.previous(&to, true);
+    while let Some(t) = next.filter(|t| *t >= from) {
+        out.push(t);
+        next = job.previous(&t, false);
+    }
+    out.reverse();
+    out
+}
+
+/// Spring forward: a daily time the day has (01:30 in Berlin, New York and
+/// Lord Howe; midnight in London; 02:30 where the gap starts at midnight)
+/// runs once that day, at that time — not again when the clock jumps
+/// (croner's gap snapping, which `previous()` used to copy, added a tick at
+/// the end of the gap: this test failed before).
+#[test]
+fn a_daily_time_outside_the_gap_runs_once_on_the_spring_forward_day() {
+    use chrono_tz::{America, Australia, Europe};
+    for (tz, schedule, day, want) in [
+        // 01:30 CET; the gap is 02:00–03:00.
+        (
+            Europe::Berlin,
+            "0 30 1 * * *",
+            utc(2025, 3, 29, 23, 0),
+            utc(2025, 3, 30, 0, 30),
+        ),
+        // 00:00 GMT; the gap is 01:00–02:00.
+        (
+            Europe::London,
+            "0 0 0 * * *",
+            utc(2025, 3, 29, 23, 0),
+            utc(2025, 3, 30, 0, 0),
+        ),
+        (
+            America::New_York,
+            "0 30 1 * * *",
+            utc(2025, 3, 9, 5, 0),
+            utc(2025, 3, 9, 6, 30),
+        ),
+        // 01:30 +10:30; the gap is 02:00–02:30.
+        (
+            Australia::Lord_Howe,
+            "0 30 1 * * *",
+            utc(2025, 10, 4, 13, 0),
+            utc(2025, 10, 4, 15, 0),
+        ),
+        // Santiago 2025-09-07: 00:00–01:00 is the gap; 02:30 -03.
+        (
+            America::Santiago,
+            "0 30 2 * * *",
+            utc(2025, 9, 7, 4, 0),
+            utc(2025, 9, 7, 5, 30),
+        ),
+        (
+            America::Santiago,
+            "0 45 23 * * *",
+            utc(2025, 9, 7, 4, 0),
+            utc(2025, 9, 8, 2, 45),
+        ),
+        (
+            America::Havana,
+            "0 30 2 * * *",
+            utc(2025, 3, 9, 5, 0),
+            utc(2025, 3, 9, 6, 30),
+        ),
+    ] {
+        let job = in_zone(schedule, tz);
+        let got = ticks_between(
+            &job,
+            day,
+            day + chrono::TimeDelta::hours(24) - chrono::TimeDelta::seconds(1),
+        );
+        assert_eq!(got, [want], "{tz} {schedule}");
+    }
+}
+
+/// The same through firings: the Berlin 01:30 job and London's midnight
+/// job each run once on the spring-forward day (each ran twice before).
+#[tokio::test(start_paused = true)]
+async fn a_daily_job_runs_once_through_the_spring_forward_night() {
+    let rt = instance(&MemoryBackend::new(), "a");
+    assert!(rt.run_if_leader(G, || async {}).await.is_some());
+    for (name, tz, schedule) in [
+        ("berlin-0130", chrono_tz::Europe::Berlin, "0 30 1 * * *"),
+        ("london-midnight", chrono_tz::Europe::London, "0 0 0 * * *"),
+    ] {
+        let ran = Ran::default();
+        let job = recording(
+            JobBuilder::new(schedule, G)
+                .name(name)
+                .time_zone(tz)
+                .tolerance(Duration::from_secs(1)),
+            &rt,
+            &ran,
+            utc(2025, 3, 29, 22, 0),
+        );
+        // A little after every quarter hour, 22:00 to 04:00 UTC.
+        let mut t = utc(2025, 3, 29, 22, 0);
+        while t <= utc(2025, 3, 30, 4, 0) {
+            job.fire_at(t + chrono::TimeDelta::milliseconds(300)).await;
+            t += chrono::TimeDelta::minutes(15);
+        }
+        assert_eq!(ids(&ran).len(), 1, "{name}: {:?}", ids(&ran));
+    }
+}
+
+/// Spring forward with a list of hours: `2,14` at :30 runs its 02:30 at
+/// the first instant after the gap, as a single 02:30 does (croner snaps
+/// only when every time field is a single value: this test failed
+/// before, the 02:30 tick was lost).
+#[test]
+fn a_gap_time_of_a_multi_hour_schedule_runs_after_the_gap() {
+    use chrono_tz::{America, Europe};
+    for (tz, day, gap_end, afternoon) in [
+        (
+            Europe::Berlin,
+            utc(2025, 3, 29, 23, 0),
+            utc(2025, 3, 30, 1, 0),
+            utc(2025, 3, 30, 12, 30),
+        ),
+        (
+            America::New_York,
+            utc(2025, 3, 9, 5, 0),
+            utc(2025, 3, 9, 7, 0),
+            utc(2025, 3, 9, 18, 30),
+        ),
+    ] {
+        let job = in_zone("0 30 2,14 * * *", tz);
+        let got = ticks_between(
+            &job,
+            day,
+            day + chrono::TimeDelta::hours(24) - chrono::TimeDelta::seconds(1),
+        );
+        assert_eq!(got, [gap_end, afternoon], "{tz}");
+    }
+    // An hourly :30 job, too: 01:30, 03:00 (for 02:30), 03:30 CEST...
+    let job = in_zone("0 30 * * * *", Europe::Berlin);
+    assert_eq!(
+        ticks_between(&job, utc(2025, 3, 30, 0, 0), utc(2025, 3, 30, 1, 30)),
+        [
+            utc(2025, 3, 30, 0, 30),
+            utc(2025, 3, 30, 1, 0),
+            utc(2025, 3, 30, 1, 30)
+        ]
+    );
+}
+
+/// Every transition of `tz` in `year` (the first instant of the new offset,
+/// to the minute).
+fn transitions(tz: chrono_tz::Tz, year: i32) -> Vec<chrono::DateTime<chrono::Utc>> {
+    use chrono::{Offset, TimeZone};
+    let off = |t: chrono::DateTime<chrono::Utc>| {
+        tz.offset_from_utc_datetime(&t.naive_utc())
+            .fix()
+            .local_minus_utc()
+    };
+    let mut out = Vec::new();
+    let mut t = utc(year, 1, 1, 0, 0);
+    while t < utc(year + 1, 1, 1, 0, 0) {
+        let n = t + chrono::TimeDelta::minutes(15);
+        if off(t) != off(n) {
+            let mut m = t;
+            while off(m) == off(t) {
+                m += chrono::TimeDelta::minutes(1);
+            }
+            out.push(m);
+        }
+        t = n;
+    }
+    out
+}
+
+/// The DST rule by brute force: every local minute in a window that
+/// matches `schedule` (second 0), mapped to its instant — itself, its first
+/// occurrence if repeated, the first instant after the gap if skipped.
+fn expected_ticks(
+    job: &Shared,
+    tz: chrono_tz::Tz,
+    around: chrono::DateTime<chrono::Utc>,
+) -> BTreeSet<chrono::DateTime<chrono::Utc>> {
+    use chrono::TimeZone;
+    let mut out = BTreeSet::new();
+    let centre = around.naive_utc();
+    let mut m = centre - chrono::TimeDelta::hours(60);
+    while m < centre + chrono::TimeDelta::hours(60) {
+        if job.cron.is_time_matching(&m.and_utc()).unwrap() {
+            let mut n = m;
+            let at = loop {
+                if let Some(at) = tz.from_local_datetime(&n).earliest() {
+                    break at.with_timezone(&chrono::Utc);
+                }
+                n += chrono::TimeDelta::minutes(1);
+            };
+            out.insert(at);
+        }
+        m += chrono::TimeDelta::minutes(1);
+    }
+    out
+}
+
+/// `previous()` against the brute-force rule around every transition of
+/// each zone: the chain `plan()` walks, and the answer for times in
+/// between (whole and fractional seconds, at and beside each tick).
+fn dst_sweep(zones: &[(&str, i32)], schedules: &[&str]) {
+    let mut problems = Vec::new();
+    for &(zone, year) in zones {
+        let tz: chrono_tz::Tz = zone.parse().unwrap();
+        let trs = transitions(tz, year);
+        assert!(!trs.is_empty(), "{zone} {year}");
+        for tr in trs {
+            for &schedule in schedules {
+                let job = in_zone(schedule, tz);
+                let want = expected_ticks(&job, tz, tr);
+                let (from, to) = (
+                    tr - chrono::TimeDelta::hours(30),
+                    tr + chrono::TimeDelta::hours(30),
+                );
+                let chain = ticks_between(&job, from, to);
+                let window: Vec<_> = want.range(from..=to).copied().collect();
+                if chain != window {
+                    problems.push(format!(
+                        "{zone} {schedule} around {tr}: chain {chain:?}, rule {window:?}"
+                    ));
+                    continue;
+                }
+                let mut probes: Vec<_> = (0..(60 * 60 / 7))
+                    .map(|i| {
+                        from + chrono::TimeDelta::minutes(i * 7)
+                            + chrono::TimeDelta::milliseconds(i % 3 * 400)
+                    })
+                    .collect();
+                for w in &window {
+                    probes.extend([
+                        *w - chrono::TimeDelta::seconds(1),
+                        *w,
+                        *w + chrono::TimeDelta::milliseconds(1),
+                    ]);
+                }
+                for t in probes {
+                    for inclusive in [true, false] {
+                        let rule = want
+                            .range(..=t)
+                            .rev()
+                            .find(|w| inclusive || **w < t)
+                            .copied();
+                        if rule.is_some_and(|r| r >= from - chrono::TimeDelta::hours(24))
+                            && job.previous(&t, inclusive) != rule
+                        {
+                            problems.push(format!(
+                                "{zone} {schedule} previous({t}, {inclusive}) = {:?}, rule {rule:?}",
+                                job.previous(&t, inclusive)
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "{} problems: {:#?}",
+        problems.len(),
+        &problems[..problems.len().min(10)]
+    );
+}
+
+const DST_SCHEDULES: &[&str] = &[
+    "0 30 2 * * *",
+    "0 30 1 * * *",
+    "0 0 0 * * *",
+    "0 30 0 * * *",
+    "0 45 23 * * *",
+    "0 0 * * * *",
+    "0 30 * * * *",
+    "0 */15 * * * *",
+    "0 30 2,14 * * *",
+    "0 0,30 1-3 * * *",
+    "0 0 0 * * SUN",
+];
+
+/// A short sweep of the DST rule: both transitions of a year in a few
+/// zones (a 1 h gap at 02:00, a 30 min shift, a gap at midnight, a skipped
+/// day).
+#[test]
+fn ticks_follow_the_dst_rule_around_transitions() {
+    dst_sweep(
+        &[
+            ("Europe/Berlin", 2025),
+            ("Australia/Lord_Howe", 2025),
+            ("America/Santiago", 2025),
+            ("Pacific/Apia", 2011),
+        ],
+        DST_SCHEDULES,
+    );
+}
+
+/// The full sweep: more zones (negative DST, a 2 h shift, gaps at
+/// midnight) and years.
+#[test]
+#[ignore = "slow: the full DST sweep"]
+fn ticks_follow_the_dst_rule_around_transitions_everywhere() {
+    dst_sweep(
+        &[
+            ("Europe/Berlin", 2025),
+            ("Europe/London", 2025),
+            ("Europe/Dublin", 2025),
+            ("America/New_York", 2025),
+            ("America/Havana", 2025),
+            ("America/Santiago", 2025),
+            ("America/Sao_Paulo", 2018),
+            ("Asia/Beirut", 2025),
+            ("Antarctica/Troll", 2025),
+            ("Australia/Lord_Howe", 2025),
+            ("Australia/Sydney", 2025),
+            ("Pacific/Apia", 2011),
+            ("Pacific/Chatham", 2025),
+        ],
+        DST_SCHEDULES,
+    );
 }
