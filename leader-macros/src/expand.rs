@@ -71,9 +71,10 @@ fn expand(Input { args, func, kind }: Input) -> TokenStream {
         ),
         ReturnType::Type(_, ty) => ((**ty).clone(), ty.span()),
     };
-    let is_unit = matches!(&ret, Type::Tuple(tuple) if tuple.elems.is_empty());
+    // Through the invisible group of a `macro_rules!` `$ret:ty` too.
+    let is_unit = matches!(parse::unwrap_type(&ret), Type::Tuple(tuple) if tuple.elems.is_empty());
     let erased = erase_impl_trait(&ret);
-    let infer = matches!(erased, Type::Infer(_));
+    let infer = matches!(parse::unwrap_type(&erased), Type::Infer(_));
     // The call site: a `static` in a block of its own, out of the body's
     // namespace (a local or item of the same name in the user's code is theirs).
     let site = quote! {

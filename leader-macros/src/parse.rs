@@ -131,9 +131,21 @@ pub(crate) fn parse(args: TokenStream, item: TokenStream) -> Parsed {
     }
 }
 
-/// `ty` without the invisible groups a `macro_rules!` fragment puts around it,
-/// and without parentheses.
-fn unwrap_type(mut ty: &mut Type) -> &mut Type {
+/// `ty` without the invisible groups a `macro_rules!` fragment puts around it
+/// (a `$ret:ty` arrives as a `Type::Group`, so a type written `()` or `!` is
+/// only seen through them), and without parentheses.
+pub(crate) fn unwrap_type(mut ty: &Type) -> &Type {
+    loop {
+        match ty {
+            Type::Group(group) => ty = &group.elem,
+            Type::Paren(paren) => ty = &paren.elem,
+            _ => return ty,
+        }
+    }
+}
+
+/// [`unwrap_type`], for changing the type.
+fn unwrap_type_mut(mut ty: &mut Type) -> &mut Type {
     loop {
         match ty {
             Type::Group(group) => ty = &mut group.elem,
@@ -153,14 +165,15 @@ fn future_output(ty: &Type) -> Option<bool> {
 /// `Pin<Box<dyn Future<Output = T>>>` (`boxed`: true), plus any other
 /// bounds: `boxed` and the `T`. Paths are recognised by their last segment.
 pub(crate) fn future_output_mut(ty: &mut Type) -> Option<(bool, &mut Type)> {
-    match unwrap_type(ty) {
+    match unwrap_type_mut(ty) {
         Type::ImplTrait(impl_trait) => future_bound(&mut impl_trait.bounds).map(|t| (false, t)),
         Type::Path(pin) => {
             let boxed = single_type_arg(&mut pin.path, "Pin")?;
-            let Type::Path(boxed) = unwrap_type(boxed) else {
+            let Type::Path(boxed) = unwrap_type_mut(boxed) else {
                 return None;
             };
-            let Type::TraitObject(object) = unwrap_type(single_type_arg(&mut boxed.path, "Box")?)
+            let Type::TraitObject(object) =
+                unwrap_type_mut(single_type_arg(&mut boxed.path, "Box")?)
             else {
                 return None;
             };
@@ -439,7 +452,7 @@ fn parse_fn(tokens: TokenStream, errors: &mut Errors) -> Option<(ItemFn, bool)> 
         ));
     }
     if let ReturnType::Type(_, ty) = &sig.output {
-        if let Type::Never(never) = &**ty {
+        if let Type::Never(never) = unwrap_type(ty) {
             gatable = false;
             errors.push(syn::Error::new_spanned(
                 never,
@@ -814,6 +827,17 @@ mod tests {
             quote!(),
             quote!(
                 fn tick() -> ! {
+                    loop {}
+                }
+            )
+        )
+        .starts_with("`#[leader_only]` can't gate a function returning `!`"));
+        // A `macro_rules!` `$ret:ty` arrives in an invisible group.
+        let never = proc_macro2::Group::new(proc_macro2::Delimiter::None, quote!(!));
+        assert!(error(
+            quote!(),
+            quote!(
+                fn tick() -> #never {
                     loop {}
                 }
             )
