@@ -30,7 +30,7 @@ use proc_macro2::{Delimiter, Group, Span, TokenStream, TokenTree};
 use quote::{quote, quote_spanned, ToTokens};
 use syn::spanned::Spanned;
 use syn::visit_mut::{self, VisitMut};
-use syn::{Attribute, ReturnType, Token, Type};
+use syn::{AttrStyle, Attribute, ReturnType, Token, Type};
 
 use crate::parse::{self, Args, Fallback, Input, Kind, Parsed};
 
@@ -59,11 +59,17 @@ fn expand(Input { args, func, kind }: Input) -> TokenStream {
     } = args;
     let private = quote!(#krate::__private);
     let syn::ItemFn {
-        mut attrs,
+        attrs,
         vis,
         mut sig,
         block,
     } = func;
+    // syn puts a body's inner attributes (`#![allow(..)]` at the top of the
+    // body) into `attrs`; in front of the fn they are an error. They go back
+    // to the top of the new body, where they still cover the user's body.
+    let (inner_attrs, mut attrs): (Vec<Attribute>, Vec<Attribute>) = attrs
+        .into_iter()
+        .partition(|attr| matches!(attr.style, AttrStyle::Inner(_)));
     let (ret, ret_span): (Type, _) = match &sig.output {
         ReturnType::Default => (
             syn::parse_quote_spanned!(sig.paren_token.span.close()=> ()),
@@ -184,7 +190,7 @@ fn expand(Input { args, func, kind }: Input) -> TokenStream {
         sig.output = syn::parse_quote_spanned!(at=> -> #output);
     }
 
-    let mut block = Group::new(Delimiter::Brace, gated);
+    let mut block = Group::new(Delimiter::Brace, quote!(#(#inner_attrs)* #gated));
     block.set_span(braces.join());
     quote!(#(#attrs)* #vis #sig #block)
 }

@@ -182,7 +182,8 @@ mod parse;
 /// function returning a future hands the closure to `gate_future` instead,
 /// which gates the future the closure returns. Everything else — attributes,
 /// doc comments, visibility, generics, the where clause, the receiver, the
-/// body's braces — stays as written. The `static` is the call site: it
+/// body's braces, inner attributes at the top of the body (`#![allow(..)]`,
+/// which then cover the new body) — stays as written. The `static` is the call site: it
 /// caches the group's handle, so that after the first call the check is
 /// local; its block keeps it out of the body's namespace. Every path goes
 /// through `leader_runtime::__private`, so the expansion also works in
