@@ -94,26 +94,28 @@ fn expand(Input { args, func, kind }: Input) -> TokenStream {
     let braces = block.brace_token.span;
     let body = block.to_token_stream();
 
+    // Statements ahead of the gated call in the new body.
+    let mut prelude = None;
     let gated = match kind {
         Kind::Async => {
             // An async block's output type is inferred from its body, which would
             // leave coercions in the body (`Box::new(x)` to `Box<dyn Error>`)
             // without a target. A first, never-taken `return` of a `T` fixes the
             // output type before the body is checked (tracing's `#[instrument]`).
+            // The `T` is named outside the async block, in a closure's return
+            // type: an item the body declares (`struct Report;`) is in scope in
+            // the whole async block, and would rename a `-> Report` named there.
+            // (Nesting the body in a block of its own instead trips
+            // `unused_braces` on a one-line body.)
             let fake_return = (!infer).then(|| {
+                prelude = Some(quote_spanned! {ret_span=>
+                    #[allow(unknown_lints, clippy::empty_loop, clippy::unused_unit)]
+                    let __leader_output = || -> #erased { loop {} };
+                });
                 quote_spanned! {ret_span=>
-                    #[allow(
-                        unknown_lints,
-                        unreachable_code,
-                        clippy::diverging_sub_expression,
-                        clippy::empty_loop,
-                        clippy::let_unit_value,
-                        clippy::let_with_type_underscore,
-                        clippy::needless_return
-                    )]
+                    #[allow(unknown_lints, unreachable_code, clippy::needless_return)]
                     if false {
-                        let __leader_fake_return: #erased = loop {};
-                        return __leader_fake_return;
+                        return __leader_output();
                     }
                 }
             });
@@ -190,7 +192,7 @@ fn expand(Input { args, func, kind }: Input) -> TokenStream {
         sig.output = syn::parse_quote_spanned!(at=> -> #output);
     }
 
-    let mut block = Group::new(Delimiter::Brace, quote!(#(#inner_attrs)* #gated));
+    let mut block = Group::new(Delimiter::Brace, quote!(#(#inner_attrs)* #prelude #gated));
     block.set_span(braces.join());
     quote!(#(#attrs)* #vis #sig #block)
 }

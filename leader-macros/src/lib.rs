@@ -151,9 +151,12 @@ mod parse;
 /// ```
 ///
 /// where the async block also starts with a never-taken
-/// `if false { return <Result<u64, Error>>; }`, so that the body's
-/// coercions (`Box::new(e)` into `Box<dyn Error>`, `"msg".into()`, `?`) know
-/// their target type, as they do in the body of an ordinary `async fn`.
+/// `if false { return __leader_output(); }`, `__leader_output` being a
+/// closure `|| -> Result<u64, Error> { loop {} }` declared before the call,
+/// so that the body's coercions (`Box::new(e)` into `Box<dyn Error>`,
+/// `"msg".into()`, `?`) know their target type, as they do in the body of
+/// an ordinary `async fn`. (It names the type outside the async block, where
+/// a type of the same name that the body declares does not hide it.)
 ///
 /// A sync function
 ///
