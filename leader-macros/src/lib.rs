@@ -89,7 +89,13 @@ mod parse;
 /// }
 /// ```
 ///
-/// The expression can't use a parameter the body moved (the body owns it).
+/// The expression can't use a parameter that the body names unless the
+/// parameter is `Copy` (a number, a `&T`, `&self`): the body's closure or
+/// `async move` block takes every parameter it names, by value, also one
+/// the body only borrows (`items.iter()`), so `default = items.len()` is
+/// "borrow of moved value: `items`" when the body uses `items: Vec<_>`. Use
+/// a `Copy` value instead (`&self`, a `&[T]` parameter, a count), or compute
+/// the fallback before the call and pass it in as a parameter.
 ///
 /// # Arguments
 ///

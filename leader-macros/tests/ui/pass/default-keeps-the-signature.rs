@@ -43,6 +43,13 @@ fn ids() -> Vec<impl std::fmt::Display> {
     vec![1, 2]
 }
 
+// The expression may use a `Copy` parameter that the body names too (here a `&[T]` and a
+// number): the body's closure takes a copy.
+#[leader_only(group = "reaper", default = items.len() + extra)]
+fn count(items: &[u32], extra: usize) -> usize {
+    items.iter().filter(|i| **i > 1).count() + extra
+}
+
 // A unit function keeps `()`.
 #[leader_only(group = "reaper", default)]
 async fn beat() {}
@@ -53,6 +60,7 @@ fn main() {
     let db: &dyn Fn(&Db) -> String = &|db| db.name();
     let _ = db;
     let _ = || ids().len();
+    let _: usize = count(&[1, 2], 1);
     let _ = async {
         let _: () = beat().await;
         let _: Result<u64, String> = Db { fallback: 1 }.purge().await;
