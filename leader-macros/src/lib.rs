@@ -38,6 +38,29 @@ mod parse;
 /// `BoxFuture<'_, T>`, is not recognised: write the type out, or make the
 /// function `async`.)
 ///
+/// For that, the whole body, its sync part too, runs at the first poll, and
+/// until then the returned future holds the parameters, as an `async fn`'s
+/// does. So some signatures that are valid without the attribute are not
+/// with it:
+///
+/// - `+ 'static` (or `Pin<Box<dyn Future<..>>>` without a lifetime, which
+///   means `'static`), or a `use<..>` that leaves a parameter out, while a
+///   parameter borrows (`&self`, `name: &str`): the future holds the borrow,
+///   even if the body copies what it needs before its `async move` block.
+///   Write `'_`; or, for a future to spawn, gate an `async fn` that takes
+///   what it needs by value, and call it with that (`purge(self.n)`).
+/// - `+ Send` while a parameter is not `Send` (an `Rc`, a `&` to something
+///   not `Sync`), even if only a copy of a value moves into the `async`
+///   block: again the future holds the parameter. Take the value before the
+///   call and pass it instead.
+/// - `+ Unpin`: the gated future never is; the bound is refused with an
+///   error. Pin the future where it is polled (`Box::pin(..)`, `pin!(..)`).
+///
+/// And the output `Option<T>` is not `#[must_use]`: an attribute can mark
+/// what a call returns, here the future, not the future's output, so
+/// `purge().await;` drops an `Option<Result<..>>` without a warning. An
+/// `async fn` has none of these limits: prefer it where you can.
+///
 /// # Examples
 ///
 /// ```ignore
@@ -57,8 +80,9 @@ mod parse;
 /// }
 /// ```
 ///
-/// The result is `#[must_use]` (unless the function returns nothing): a
-/// dropped `Option<Result<..>>` would lose the body's error silently.
+/// The result is `#[must_use]` (unless the function returns nothing, or
+/// returns a future: see above): a dropped `Option<Result<..>>` would lose
+/// the body's error silently.
 ///
 /// **Do not `.expect()` it.** Where a caller still expects `T`, rustc
 /// suggests `.expect(..)` on the `Option`: that panics on every follower, on
@@ -205,11 +229,11 @@ mod parse;
 /// `extern "C" fn` or a function without a body; an unknown or repeated
 /// argument; a `group` that is not a string literal or not a valid group
 /// name; `cancel_on_loss` on a sync function that does not return a future;
-/// a `crate` that is not a path in a string; `#[track_caller]` on a sync
-/// function. When only the arguments are wrong, the function is still gated
-/// (with a placeholder for what was wrong); when the function itself can't
-/// be gated, it is emitted unchanged. Either way its callers report nothing
-/// more.
+/// `+ Unpin` on a returned future; a `crate` that is not a path in a string;
+/// `#[track_caller]` on a sync function. When only the arguments are wrong, the function is still gated
+/// (with a placeholder for what was wrong), as it is without a refused
+/// `+ Unpin`; when the function itself can't be gated, it is emitted
+/// unchanged. Either way its callers report nothing more.
 ///
 /// # Cancel safety
 ///

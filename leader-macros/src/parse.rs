@@ -10,7 +10,7 @@ use syn::parse::Parser;
 use syn::punctuated::Punctuated;
 use syn::{
     token, Expr, ExprLit, GenericArgument, Item, ItemFn, Lit, LitStr, Path, PathArguments,
-    ReturnType, Token, TraitItemFn, Type, TypeParamBound,
+    ReturnType, Token, TraitBoundModifier, TraitItemFn, Type, TypeParamBound,
 };
 
 /// The group of `#[leader_only]` without a `group` argument.
@@ -78,7 +78,7 @@ pub(crate) struct Parsed {
 pub(crate) fn parse(args: TokenStream, item: TokenStream) -> Parsed {
     let mut errors = Errors::default();
     let args = parse_args(args, &mut errors);
-    let input = parse_fn(item, &mut errors).and_then(|(func, gatable)| {
+    let input = parse_fn(item, &mut errors).and_then(|(mut func, gatable)| {
         let kind = if func.sig.asyncness.is_some() {
             Kind::Async
         } else {
@@ -97,6 +97,16 @@ pub(crate) fn parse(args: TokenStream, item: TokenStream) -> Parsed {
                 "`cancel_on_loss` needs an `async fn`: a sync body can't be stopped mid-run",
             ));
             cancel_on_loss = false;
+        }
+        if let (Kind::Future { .. }, ReturnType::Type(_, ty)) = (&kind, &mut func.sig.output) {
+            if let Some(unpin) = take_unpin(ty) {
+                errors.push(syn::Error::new_spanned(
+                    unpin,
+                    "a gated future is not `Unpin` (it is an `async fn`'s, holding the body's \
+                     future): remove `+ Unpin`, and pin the future where it is polled \
+                     (`Box::pin(..)`, `std::pin::pin!(..)`)",
+                ));
+            }
         }
         if !matches!(kind, Kind::Async) {
             if let Some(attr) = func
@@ -165,8 +175,15 @@ fn future_output(ty: &Type) -> Option<bool> {
 /// `Pin<Box<dyn Future<Output = T>>>` (`boxed`: true), plus any other
 /// bounds: `boxed` and the `T`. Paths are recognised by their last segment.
 pub(crate) fn future_output_mut(ty: &mut Type) -> Option<(bool, &mut Type)> {
+    let (boxed, bounds) = bounds_mut(ty)?;
+    future_bound(bounds).map(|t| (boxed, t))
+}
+
+/// The bounds of `impl ..` (`boxed`: false) or of the `dyn ..` in
+/// `Pin<Box<dyn ..>>` (`boxed`: true).
+fn bounds_mut(ty: &mut Type) -> Option<(bool, &mut Punctuated<TypeParamBound, Token![+]>)> {
     match unwrap_type_mut(ty) {
-        Type::ImplTrait(impl_trait) => future_bound(&mut impl_trait.bounds).map(|t| (false, t)),
+        Type::ImplTrait(impl_trait) => Some((false, &mut impl_trait.bounds)),
         Type::Path(pin) => {
             let boxed = single_type_arg(&mut pin.path, "Pin")?;
             let Type::Path(boxed) = unwrap_type_mut(boxed) else {
@@ -177,10 +194,26 @@ pub(crate) fn future_output_mut(ty: &mut Type) -> Option<(bool, &mut Type)> {
             else {
                 return None;
             };
-            future_bound(&mut object.bounds).map(|t| (true, t))
+            Some((true, &mut object.bounds))
         }
         _ => None,
     }
+}
+
+/// Remove an `Unpin` bound from a returned future's type, and return it. The
+/// gated future (an `async fn`'s, holding the body's) is never `Unpin`, so
+/// the bound can't be met; without it the function is still gated, and its
+/// callers see the signature they expect.
+fn take_unpin(ty: &mut Type) -> Option<TypeParamBound> {
+    let (_, bounds) = bounds_mut(ty)?;
+    let is_unpin = |bound: &TypeParamBound| {
+        matches!(bound, TypeParamBound::Trait(bound)
+            if matches!(bound.modifier, TraitBoundModifier::None)
+                && bound.path.segments.last().is_some_and(|last| last.ident == "Unpin"))
+    };
+    let (unpin, kept): (Vec<_>, Vec<_>) = std::mem::take(bounds).into_iter().partition(is_unpin);
+    *bounds = kept.into_iter().collect();
+    unpin.into_iter().next()
 }
 
 /// The `T` of `Name<T>` when `path` ends in `Name` with one type argument.
@@ -709,6 +742,36 @@ mod tests {
             error(quote!(cancel_on_loss), sync_fn()),
             "`cancel_on_loss` needs an `async fn`: a sync body can't be stopped mid-run"
         );
+    }
+
+    #[test]
+    fn unpin_future_is_refused_and_still_gated_without_the_bound() {
+        for item in [
+            quote!(
+                fn job() -> impl Future<Output = u32> + Unpin + Send {
+                    std::future::ready(1)
+                }
+            ),
+            quote!(
+                fn job() -> Pin<Box<dyn Future<Output = u32> + Unpin + Send>> {
+                    Box::pin(std::future::ready(1))
+                }
+            ),
+        ] {
+            let parsed = parse(quote!(), item);
+            let errors: Vec<String> = parsed
+                .errors
+                .into_iter()
+                .flatten()
+                .map(|e| e.to_string())
+                .collect();
+            assert_eq!(errors.len(), 1, "{errors:?}");
+            assert!(errors[0].starts_with("a gated future is not `Unpin`"));
+            let input = parsed.input.expect("still gated");
+            let output = input.func.sig.output.to_token_stream().to_string();
+            assert!(!output.contains("Unpin"), "{output}");
+            assert!(output.contains("Send"), "{output}");
+        }
     }
 
     #[test]
