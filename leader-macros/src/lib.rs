@@ -228,9 +228,10 @@ mod parse;
 /// attribute on something other than a function, or on a `const fn`, an
 /// `extern "C" fn` or a function without a body; an unknown or repeated
 /// argument; a `group` that is not a string literal or not a valid group
-/// name; `cancel_on_loss` on a sync function that does not return a future;
-/// `+ Unpin` on a returned future; a `crate` that is not a path in a string;
-/// `#[track_caller]` on a sync function. When only the arguments are wrong, the function is still gated
+/// name; `cancel_on_loss` on a sync function that does not return a future
+/// (or whose future is behind an alias); `+ Unpin` on a returned future; a
+/// `crate` that is not a path in a string; `#[track_caller]` on a sync
+/// function. When only the arguments are wrong, the function is still gated
 /// (with a placeholder for what was wrong), as it is without a refused
 /// `+ Unpin`; when the function itself can't be gated, it is emitted
 /// unchanged. Either way its callers report nothing more.

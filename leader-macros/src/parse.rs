@@ -92,10 +92,25 @@ pub(crate) fn parse(args: TokenStream, item: TokenStream) -> Parsed {
         };
         let mut cancel_on_loss = args.cancel_on_loss.is_some();
         if let (Kind::Sync, Some(key)) = (&kind, &args.cancel_on_loss) {
-            errors.push(syn::Error::new_spanned(
-                key,
-                "`cancel_on_loss` needs an `async fn`: a sync body can't be stopped mid-run",
-            ));
+            let alias = match &func.sig.output {
+                ReturnType::Type(_, ty) => future_alias(ty),
+                ReturnType::Default => None,
+            };
+            errors.push(match alias {
+                // The function returns a future, just not in a form we see.
+                Some(alias) => syn::Error::new_spanned(
+                    alias,
+                    format!(
+                        "`cancel_on_loss` can't see a future behind `{alias}`: write the type out, \
+                         `Pin<Box<dyn Future<Output = T> + Send + '_>>` or \
+                         `impl Future<Output = T>`, or make the function `async`"
+                    ),
+                ),
+                None => syn::Error::new_spanned(
+                    key,
+                    "`cancel_on_loss` needs an `async fn`: a sync body can't be stopped mid-run",
+                ),
+            });
             cancel_on_loss = false;
         }
         if let (Kind::Future { .. }, ReturnType::Type(_, ty)) = (&kind, &mut func.sig.output) {
@@ -214,6 +229,20 @@ fn take_unpin(ty: &mut Type) -> Option<TypeParamBound> {
     let (unpin, kept): (Vec<_>, Vec<_>) = std::mem::take(bounds).into_iter().partition(is_unpin);
     *bounds = kept.into_iter().collect();
     unpin.into_iter().next()
+}
+
+/// The last segment of `ty`'s path if it names a future that is not
+/// recognised as one (`BoxFuture<'_, T>`, `LocalBoxFuture<..>`): an alias
+/// hides the `Future<Output = T>` the expansion needs to see.
+fn future_alias(ty: &Type) -> Option<&syn::Ident> {
+    let Type::Path(path) = unwrap_type(ty) else {
+        return None;
+    };
+    let last = path.path.segments.last()?;
+    last.ident
+        .to_string()
+        .ends_with("Future")
+        .then_some(&last.ident)
 }
 
 /// The `T` of `Name<T>` when `path` ends in `Name` with one type argument.
@@ -741,6 +770,23 @@ mod tests {
         assert_eq!(
             error(quote!(cancel_on_loss), sync_fn()),
             "`cancel_on_loss` needs an `async fn`: a sync body can't be stopped mid-run"
+        );
+    }
+
+    #[test]
+    fn cancel_on_loss_on_a_future_behind_an_alias() {
+        assert_eq!(
+            error(
+                quote!(cancel_on_loss),
+                quote!(
+                    fn job() -> BoxFuture<'static, u32> {
+                        todo!()
+                    }
+                )
+            ),
+            "`cancel_on_loss` can't see a future behind `BoxFuture`: write the type out, \
+             `Pin<Box<dyn Future<Output = T> + Send + '_>>` or `impl Future<Output = T>`, \
+             or make the function `async`"
         );
     }
 
