@@ -10,8 +10,8 @@ fn ui() {
 }
 
 /// Almost all of this test's time is trybuild building the tests' dependencies (the runtime,
-/// redis, tokio) in its own target directory, `target/tests/trybuild`; the 46 files themselves
-/// take about 8 s. trybuild 1.0.122 builds those dependencies twice: first with its rustflags
+/// redis, tokio) in its own target directory, `target/tests/trybuild`; the 52 files themselves
+/// take about 10 s. trybuild 1.0.122 builds those dependencies twice: first with its rustflags
 /// (`--cfg trybuild --verbose -A dead_code`, `src/rustflags.rs`), then, for the tests, with
 /// `--diagnostic-width=140` added (`cargo::build_test`), and a change of rustflags rebuilds
 /// every crate. `CARGO_ENCODED_RUSTFLAGS`, which cargo prefers to the `build.rustflags` and
