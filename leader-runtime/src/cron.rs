@@ -15,10 +15,10 @@
 //! | fault | what happens to ticks |
 //! | --- | --- |
 //! | handover (`step_down`, SIGTERM, `shutdown`) | the old leader drains its run before it releases; the new one runs the next ticks; none twice, none lost |
-//! | crash (kill -9) | ticks due while the lease runs out (≤ ttl) are *missed*: caught up or recorded as missed by the next leader, per [`Missed`] |
+//! | crash (kill -9) | ticks due while the lease runs out (≤ ttl) are *missed*: caught up or recorded as missed by the next leader, per [`Missed`]; so are ticks due while the whole fleet was down (a restart, a redeploy): the look-back reaches back to the job's last decided tick, kept in the backend (at most 1024 ticks), not only to when the job was built |
 //! | partition, pause | the cut-off leader's view ends (on its own clock) before another's begins; a claim is made in the same script that checks the lease (holder *and* token), and a claim answered after the view ended is not run (outcome `cancelled`); then as a crash |
 //! | Redis outage | nothing is claimed, so nothing runs; ticks due meanwhile are missed, per [`Missed`]; a claim whose reply was lost is recognised as ours (by its token) when retried |
-//! | data loss (flush, restart without persistence, restore from a snapshot, failover to a lagging replica, eviction) | fail closed: a leadership that began after the lease record was lost or restored never looks back before its own start, and a restored job record refuses every tick before the first claim seen after the restore — such ticks are recorded as *missed*, never run twice |
+//! | data loss (flush, restart without persistence, restore from a snapshot, failover to a lagging replica, eviction) | fail closed: a leadership that began after the lease record was lost or restored never looks back before its own start, and a restored job record refuses every tick before the first claim seen after the restore — such ticks are recorded as *missed*, never run twice. With a [`tolerance`](JobBuilder::tolerance) above the ttl, an earlier leader's clock may have run that much ahead, so these floors move later by the excess (tolerance − ttl): that many seconds of ticks after the loss are refused too (also at a job's very first claim, or its first under a new lease record) |
 //! | clock skew | ids are the schedule's own times, not the host's: hosts within [`tolerance`](JobBuilder::tolerance) (default 5 s) of each other name a tick alike, and a tick that falls between two leaders is run (late) by the second |
 //! | DST, host time zones | a job's schedule is read in its [`time_zone`](JobBuilder::time_zone) (IANA, default UTC); every local time the schedule matches runs once: at the first instant after the gap if the day does not have it (spring forward), at its first occurrence if the day has it twice (fall back), else at itself — local times that land on one instant (several in one gap, or a gap's time and the time after the gap) are one tick; ids are UTC instants, the same whatever a host's `TZ` |
 //!
@@ -26,9 +26,9 @@
 //!
 //! | policy | values | default |
 //! | --- | --- | --- |
-//! | [`overlap`](JobBuilder::overlap) | [`Overlap::Skip`]: no tick starts while a run of the job is in flight anywhere in the fleet — on this leader, or on an earlier one still finishing (recorded `skipped-overlap`); [`Overlap::Allow`] | `Skip` |
+//! | [`overlap`](JobBuilder::overlap) | [`Overlap::Skip`]: no tick starts while a run of the job is in flight anywhere in the fleet — on this leader, or on an earlier one still finishing (recorded `skipped-overlap`); a tick missed in a gap that the missed-run policy catches up waits for that run instead, so catch-ups run one after another; [`Overlap::Allow`] | `Skip` |
 //! | [`missed`](JobBuilder::missed) | [`Missed::Skip`]: ticks missed in a leaderless gap or an outage are recorded as missed; [`Missed::Latest`]: the latest of them runs once, late; [`Missed::All`]: all of them within a window run, oldest first, at most [`max_catch_up`](JobBuilder::max_catch_up) | `Skip` |
-//! | [`tolerance`](JobBuilder::tolerance) | clock skew between hosts: a tick this late is on time, not missed | 5 s |
+//! | [`tolerance`](JobBuilder::tolerance) | clock skew between hosts: a tick this late is on time, not missed; above the ttl, data loss refuses the excess (see above) | 5 s |
 //! | [`history`](JobBuilder::history) | runs kept per job in the backend, read with [`history()`] | 20 |
 //! | [`cancel_on_loss`](JobBuilder::cancel_on_loss) | stop the body when the view ends | off |
 //!
@@ -152,14 +152,23 @@ pub enum Overlap {
     /// finishing); it is recorded as [`Outcome::SkippedOverlap`]. The
     /// default. A run counts as in flight while its instance keeps its mark
     /// alive (every ttl / 3), so a crashed one stops counting after one ttl.
+    /// A tick missed in a gap (already late when the leader first saw it)
+    /// that the [`Missed`] policy catches up is not skipped: it waits for
+    /// the run in flight, so [`Missed::All`]'s catch-ups run one after
+    /// another, oldest first, however long each takes; ticks that came due
+    /// meanwhile are skipped as usual.
     #[default]
     Skip,
     /// Ticks start on time whatever else runs.
     Allow,
 }
 
-/// What happens to ticks missed while nobody led (a crash, an outage):
-/// ticks later than the [`tolerance`](JobBuilder::tolerance).
+/// What happens to ticks missed while nobody led (a crash, an outage, a
+/// restart or redeploy of the whole fleet): ticks later than the
+/// [`tolerance`](JobBuilder::tolerance). The next leader looks back to the
+/// job's last decided tick, kept in the backend (at most 1024 ticks); a
+/// job the backend has no decided tick of (a new one) looks back to when
+/// it was built.
 ///
 /// # Examples
 ///
@@ -400,6 +409,13 @@ impl JobBuilder {
     /// whichever leader sees it first; a later one is missed and goes to
     /// the [`Missed`] policy. Zero: every late tick is missed.
     ///
+    /// Above the lease's ttl it costs ticks after data loss: an earlier
+    /// leader's clock may have been up to `tolerance` ahead, so after a
+    /// loss (and at the job's first claim under a new lease record, such as
+    /// its very first) the ticks up to tolerance − ttl past the claimer's
+    /// clock are refused (recorded missed) rather than risk running one
+    /// twice. Keep it at most the ttl where that matters.
+    ///
     /// # Examples
     ///
     /// ```
@@ -582,6 +598,7 @@ impl JobBuilder {
             offset,
             created: Utc::now() + offset,
             tried: Mutex::new(BTreeSet::new()),
+            gaps: Mutex::new(Gaps::default()),
             claiming: tokio::sync::Mutex::new(()),
             recent: Mutex::new(std::collections::VecDeque::new()),
             body: Box::new(move |tick| {
@@ -702,6 +719,18 @@ struct Planned {
     catch_up: bool,
 }
 
+/// Ticks missed in a gap: already late when this instance first planned
+/// them (nobody could decide them on time), as opposed to ticks it saw on
+/// time that waited behind a run. Only the first wait for a run in flight
+/// ([`Mode::CatchUp`]); the others are skipped while one is (overlap skip).
+#[derive(Debug, Default)]
+struct Gaps {
+    /// The latest `now` this instance planned at: ticks after it are new.
+    planned_until: Option<DateTime<Utc>>,
+    /// Undecided ticks (unix ms) that were late when first planned.
+    ticks: BTreeSet<i64>,
+}
+
 /// What every firing of one job shares.
 struct Shared {
     group: String,
@@ -720,11 +749,14 @@ struct Shared {
     history: usize,
     cancel_on_loss: bool,
     offset: TimeDelta,
-    /// Look-back never reaches before this.
+    /// When the job was built: a job the backend has no decided tick of
+    /// decides none before this.
     created: DateTime<Utc>,
     /// Ticks (unix ms) this instance got a decision for; the latest
     /// [`LOOK_BACK_TICKS`] of them.
     tried: Mutex<BTreeSet<i64>>,
+    /// Which ticks were missed in a gap, for [`Mode::CatchUp`].
+    gaps: Mutex<Gaps>,
     /// Held while one firing plans and claims, so that two firings (the
     /// scheduler spawns each) never claim the same tick.
     claiming: tokio::sync::Mutex<()>,
@@ -779,16 +811,17 @@ impl Shared {
     }
 
     /// The ticks to decide now, oldest first: the schedule's times at or
-    /// before `now` back to the last tick this instance decided, to
-    /// `floor` (exclusive of earlier ones) and to when the job was built;
-    /// each to run (on time, or a catch-up per the policy) or to record as
-    /// missed.
+    /// before `now` back to the last tick this instance decided and to
+    /// `floor` (exclusive of earlier ones), at most [`LOOK_BACK_TICKS`]
+    /// (the backend answers those decided before, across restarts, and
+    /// those before the job was built while it decided none); each to run
+    /// (on time, or a catch-up per the policy) or to record as missed.
     fn plan(&self, now: DateTime<Utc>, floor: Option<DateTime<Utc>>) -> Vec<Planned> {
         // croner works in whole seconds.
         let Some(now_s) = DateTime::from_timestamp(now.timestamp(), 0) else {
             return Vec::new();
         };
-        let earliest = floor.map_or(self.created, |f| f.max(self.created));
+        let earliest = floor.unwrap_or(DateTime::<Utc>::MIN_UTC);
         let mut ticks = Vec::new();
         {
             let tried = self.tried.lock().unwrap_or_else(PoisonError::into_inner);
@@ -808,6 +841,17 @@ impl Shared {
         }
         ticks.reverse();
         let late = |t: &DateTime<Utc>| now - *t > self.tolerance;
+        let gaps = {
+            let mut gaps = self.gaps.lock().unwrap_or_else(PoisonError::into_inner);
+            let seen = gaps.planned_until;
+            for t in &ticks {
+                if late(t) && seen.is_none_or(|seen| *t > seen) {
+                    gaps.ticks.insert(t.timestamp_millis());
+                }
+            }
+            gaps.planned_until = Some(seen.map_or(now, |seen| seen.max(now)));
+            gaps.ticks.clone()
+        };
         let missed: Vec<usize> = (0..ticks.len()).filter(|&i| late(&ticks[i])).collect();
         let mut catch_up = BTreeSet::new();
         match self.missed {
@@ -827,10 +871,18 @@ impl Shared {
             .enumerate()
             .map(|(i, at)| {
                 let on_time = !late(&at);
-                let run = on_time || catch_up.contains(&i);
+                let mode = if on_time {
+                    Mode::Run
+                } else if !catch_up.contains(&i) {
+                    Mode::Miss
+                } else if gaps.contains(&at.timestamp_millis()) {
+                    Mode::CatchUp
+                } else {
+                    Mode::Run
+                };
                 Planned {
                     at,
-                    mode: if run { Mode::Run } else { Mode::Miss },
+                    mode,
                     catch_up: !on_time,
                 }
             })
@@ -842,6 +894,13 @@ impl Shared {
         tried.extend(ticks.iter().map(|p| p.at.timestamp_millis()));
         while tried.len() > LOOK_BACK_TICKS {
             tried.pop_first();
+        }
+        let mut gaps = self.gaps.lock().unwrap_or_else(PoisonError::into_inner);
+        for p in ticks {
+            gaps.ticks.remove(&p.at.timestamp_millis());
+        }
+        while gaps.ticks.len() > LOOK_BACK_TICKS {
+            gaps.ticks.pop_first();
         }
     }
 
@@ -875,6 +934,12 @@ impl Shared {
         };
         let ctx = runtime.cron_ctx();
         let keys = JobKeys::new(&ctx.config.key_prefix, &self.group, &self.name);
+        let ttl = TimeDelta::from_std(ctx.config.ttl).unwrap_or(TimeDelta::MAX);
+        // An earlier leader's clock may be up to `tolerance` ahead of ours:
+        // it ran ticks up to that far past its own time. The safe start
+        // covers a ttl of it; what the tolerance exceeds it by, the floors
+        // below add.
+        let skew = (self.tolerance - ttl).max(TimeDelta::zero());
         // A leadership that began after its record was lost or restored
         // never looks back before its own start (earlier ones may have run
         // ticks whose claims are gone).
@@ -894,7 +959,7 @@ impl Shared {
                 // Misses up to and including the first tick to run.
                 let end = plan
                     .iter()
-                    .position(|p| p.mode == Mode::Run)
+                    .position(|p| p.mode.runs())
                     .map_or(plan.len(), |i| i + 1);
                 let batch = &plan[..end];
                 if batch.is_empty() {
@@ -905,15 +970,15 @@ impl Shared {
                     .map(|p| (p.at.timestamp_millis(), p.mode))
                     .collect();
                 // Decisions before this cannot have been lost with the lease
-                // record (see claim.lua): our own view's start after a loss;
-                // else earlier leaders' ticks before a loss are at most
-                // `tolerance` after it, and a whole ttl (a safe start) passed
-                // between the loss and any view after it.
+                // record (see claim.lua): our own view's start after a loss,
+                // plus the skew beyond the ttl; else earlier leaders' ticks
+                // before a loss are at most `tolerance` after it, and a
+                // whole ttl (a safe start) passed between the loss and any
+                // view after it.
                 let floor_ms = match floor {
-                    Some(f) => f.timestamp_millis(),
+                    Some(f) => f.timestamp_millis().saturating_add(skew.num_milliseconds()),
                     None => {
-                        let ttl = TimeDelta::from_std(ctx.config.ttl).unwrap_or(TimeDelta::MAX);
-                        let back = (ttl - self.tolerance).max(TimeDelta::zero());
+                        let back = ttl - self.tolerance;
                         now.timestamp_millis()
                             .saturating_sub(back.num_milliseconds())
                     }
@@ -925,6 +990,12 @@ impl Shared {
                     id: runtime.instance_id(),
                     token: lease.token(),
                     clock_ms: now.timestamp_millis(),
+                    // A restored job record: its lost decisions are before
+                    // our clock, plus the skew beyond the ttl.
+                    restore_floor_ms: now
+                        .timestamp_millis()
+                        .saturating_add(skew.num_milliseconds()),
+                    created_ms: self.created.timestamp_millis(),
                     skip_overlap: self.overlap == Overlap::Skip,
                     busy_ttl: ctx.config.ttl,
                     history_len: self.history,
@@ -948,7 +1019,12 @@ impl Shared {
                         return;
                     }
                 };
-                self.tried(batch);
+                if answer.last() == Some(&Claimed::Wait) {
+                    // Undecided: planned again at the next firing.
+                    self.tried(&batch[..batch.len() - 1]);
+                } else {
+                    self.tried(batch);
+                }
                 (batch[batch.len() - 1], answer)
             };
             let missed = answer
@@ -962,10 +1038,16 @@ impl Shared {
             if answer.contains(&Claimed::Refused) {
                 tracing::warn!(group = %self.group, job = %self.name, "the backend's cron record was restored or lost: ticks before its first claim since then are not run (they may have run already)");
             }
-            if run.mode != Mode::Run {
+            if !run.mode.runs() {
                 continue;
             }
             match answer.last() {
+                Some(Claimed::Wait) => {
+                    // The firing that runs the job's current run goes on to
+                    // this tick after it; so do later firings.
+                    tracing::debug!(group = %self.group, job = %self.name, tick = %self.id(run.at), "cron catch-up waits for the run in flight");
+                    return;
+                }
                 Some(Claimed::New | Claimed::Ours) => {
                     self.run_one(runtime, &keys, &lease, run, now).await;
                 }

@@ -23,23 +23,34 @@
 -- ARGV[7]  floor (unix ms, the claimer's clock): no decision before it can
 --          have been made since the lease record was (re)created, as far as
 --          the claimer knows (see cron.rs)
--- ARGV[8..] pairs: tick (unix ms), 'run' or 'miss'; oldest first
+-- ARGV[8]  restore floor (unix ms, the claimer's clock plus the skew beyond
+--          the ttl): no decision after it can have been lost when the job
+--          key was restored (see cron.rs)
+-- ARGV[9]  when the job was built (unix ms, the claimer's clock): while the
+--          job key has no `last`, ticks before it are answered 'taken' and
+--          not recorded (ticks from before the job existed)
+-- ARGV[10..] pairs: tick (unix ms), 'run', 'catch-up' or 'miss'; oldest
+--          first, at most one 'run' or 'catch-up' and that one last
 -- returns  {'lost'}  the lease is not ours (holder or token differ): nothing written
 --          else one word per tick:
 --            'claimed'  ours to run now
 --            'ours'     we claimed it before (a retry after a lost reply)
---            'taken'    decided before (run or recorded) by someone
+--            'taken'    decided before (run or recorded) by someone, or
+--                       before the job was built and nothing decided yet
 --            'refused'  this server process cannot vouch that nobody ran it
 --                       (data restored or lost): recorded as missed
 --            'missed'   recorded as missed, as asked
 --            'busy'     a run is in flight: recorded as skipped (overlap)
+--            'wait'     a 'catch-up' while a run is in flight: left undecided
+--                       (not recorded, `last` not moved), to run after it
 -- The lease record carries a field named after the job key once the job
 -- claimed under it: a record without it was created (first election, or
 -- after the data was lost) since the job's last claim, so its decisions
 -- before ARGV[7] may be lost with it.
 -- A job key written by another server process (restart from disk, failover,
 -- restore) may have lost decisions made after it was saved: ticks before
--- the first claim seen by this process are refused, except to the leader
+-- the first claim seen by this process (ARGV[8]: its clock plus the skew
+-- beyond the ttl) are refused, except to the leader
 -- of the saved key's last claim (if it still leads, it remembers what it ran
 -- itself since). A missing job key is new, or was lost with the lease
 -- record: then the new leader's view began after a safe start, and the
@@ -65,7 +76,7 @@ elseif f[5] ~= run then
   if f[5] then
     -- Restored or promoted: decisions made after it was saved may be lost.
     -- Only the leader of the saved claim, if it still leads, may look back.
-    since = tonumber(clock) or 0
+    since = tonumber(ARGV[8]) or 0
     since_token = claim and string.match(claim, ' (%d+)$') or ''
   else
     -- New (or lost with the lease record: the leader's own start bounds
@@ -81,21 +92,26 @@ local function record(tick, outcome)
   redis.call('LPUSH', KEYS[4], table.concat({tick, token, clock, '0', outcome, ARGV[1], ''}, '\t'))
 end
 
+local created = last == nil and tonumber(ARGV[9]) or nil
 local out = {}
-for i = 8, #ARGV - 1, 2 do
+for i = 10, #ARGV - 1, 2 do
   local tick, mode = ARGV[i], ARGV[i + 1]
   local t = tonumber(tick)
+  local runs = mode == 'run' or mode == 'catch-up'
   local r
-  if mode == 'run' and claim == tick .. ' ' .. token then
+  if runs and claim == tick .. ' ' .. token then
     r = 'ours'
-  elseif t == nil or (last and t <= last) then
+  elseif t == nil or (last and t <= last) or (created and t < created) then
     r = 'taken'
+  elseif mode == 'catch-up' and ARGV[4] == 'skip' and busy
+      and not (t < since and token ~= since_token) then
+    r = 'wait'
   else
     last = t
     if t < since and token ~= since_token then
       r = 'refused'
       record(tick, 'missed')
-    elseif mode ~= 'run' then
+    elseif not runs then
       r = 'missed'
       record(tick, 'missed')
     elseif ARGV[4] == 'skip' and busy then

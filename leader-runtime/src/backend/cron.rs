@@ -34,12 +34,16 @@ impl JobKeys {
 pub(crate) enum Mode {
     /// Claim it to run now.
     Run,
+    /// Claim it to run now, a catch-up of a tick missed in a gap: while a
+    /// run of the job is in flight (overlap skip) it is left undecided
+    /// ([`Claimed::Wait`]), to run after it.
+    CatchUp,
     /// Record it as missed (it will not run).
     Miss,
 }
 
-/// A claim request: ticks of one job, oldest first, at most one [`Mode::Run`]
-/// and that one last.
+/// A claim request: ticks of one job, oldest first, at most one that runs
+/// ([`Mode::Run`] or [`Mode::CatchUp`]) and that one last.
 #[derive(Debug)]
 pub(crate) struct ClaimRequest<'a> {
     pub(crate) group: &'a str,
@@ -55,6 +59,13 @@ pub(crate) struct ClaimRequest<'a> {
     /// No decision before this (unix ms, the claimer's clock) can have been
     /// made since the lease record was (re)created; see `claim.lua`.
     pub(crate) floor_ms: i64,
+    /// No decision before this (unix ms, the claimer's clock) can have been
+    /// lost when the job's record was restored: the claimer's clock plus the
+    /// skew beyond the ttl; see `claim.lua`.
+    pub(crate) restore_floor_ms: i64,
+    /// When the job was built (unix ms, the claimer's clock): a job record
+    /// without a decided tick decides no tick before it.
+    pub(crate) created_ms: i64,
     pub(crate) ticks: &'a [(i64, Mode)],
 }
 
@@ -67,6 +78,8 @@ pub(crate) enum Claimed {
     Refused,
     Missed,
     Busy,
+    /// Left undecided: a catch-up while a run is in flight.
+    Wait,
 }
 
 impl Claimed {
@@ -78,8 +91,25 @@ impl Claimed {
             b"refused" => Claimed::Refused,
             b"missed" => Claimed::Missed,
             b"busy" => Claimed::Busy,
+            b"wait" => Claimed::Wait,
             _ => return None,
         })
+    }
+}
+
+impl Mode {
+    /// Whether the tick is to run (not recorded as missed).
+    pub(crate) fn runs(self) -> bool {
+        self != Mode::Miss
+    }
+
+    /// The word `claim.lua` reads.
+    pub(crate) fn word(self) -> &'static str {
+        match self {
+            Mode::Run => "run",
+            Mode::CatchUp => "catch-up",
+            Mode::Miss => "miss",
+        }
     }
 }
 

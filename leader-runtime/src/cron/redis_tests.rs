@@ -56,6 +56,14 @@ async fn missed_run_policies_on_redis() {
 }
 
 #[tokio::test]
+async fn claim_rules_on_redis() {
+    let server = warm_server().await;
+    let rt = instance(&server, "a");
+    until_leader(&rt).await;
+    scenarios::claim_rules(&rt).await;
+}
+
+#[tokio::test]
 async fn dst_on_redis() {
     let server = warm_server().await;
     let rt = instance(&server, "a");

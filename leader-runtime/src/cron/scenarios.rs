@@ -65,6 +65,70 @@ async fn outcomes(rt: &Runtime, name: &str) -> Vec<(i64, Outcome)> {
     runs
 }
 
+/// The claim's rules for a new job and for catch-ups, asked directly: a
+/// job with no decided tick decides none before it was built (answered
+/// `taken`, not recorded); a catch-up (`Mode::CatchUp`) while a run is in
+/// flight is left undecided (`wait`: not recorded, the watermark not
+/// moved) and claimed once the run ended; an on-time tick is skipped.
+pub(super) async fn claim_rules(rt: &Runtime) {
+    use crate::backend::cron::{busy_mark, ClaimRequest, Claimed, JobKeys, Mode};
+    assert!(rt.run_if_leader(G, || async {}).await.is_some());
+    let token = rt.status()[0].token.unwrap();
+    let keys = JobKeys::new("leader", G, "rules");
+    let backend = &rt.cron_ctx().backend;
+    let t = base() * 1000;
+    let claim = |ticks: &'static [(i64, Mode)]| {
+        let keys = keys.clone();
+        async move {
+            let ticks: Vec<(i64, Mode)> = ticks.iter().map(|&(s, m)| (t + s * 1000, m)).collect();
+            let req = ClaimRequest {
+                group: G,
+                keys: &keys,
+                id: rt.instance_id(),
+                token,
+                clock_ms: t,
+                skip_overlap: true,
+                busy_ttl: Duration::from_secs(60),
+                history_len: 20,
+                floor_ms: 0,
+                restore_floor_ms: 0,
+                created_ms: t,
+                ticks: &ticks,
+            };
+            backend.cron_claim(&req).await.unwrap().unwrap()
+        }
+    };
+    use Claimed::{Busy, Missed, New, Taken, Wait};
+    assert_eq!(
+        claim(&[(-2, Mode::Miss), (-1, Mode::Run)]).await,
+        [Taken, Taken]
+    );
+    assert_eq!(claim(&[(0, Mode::Run)]).await, [New]);
+    assert_eq!(
+        claim(&[(1, Mode::Miss), (2, Mode::CatchUp)]).await,
+        [Missed, Wait]
+    );
+    assert_eq!(claim(&[(2, Mode::CatchUp)]).await, [Wait]);
+    let mark = busy_mark(t, token);
+    backend
+        .cron_done(G, &keys, &mark, "entry", 20)
+        .await
+        .unwrap();
+    assert_eq!(claim(&[(2, Mode::CatchUp)]).await, [New]);
+    assert_eq!(claim(&[(3, Mode::Run)]).await, [Busy]);
+    assert_eq!(claim(&[(1, Mode::Run)]).await, [Taken]);
+    // Recorded: t+1 missed, t+3 skipped, and the one run's entry.
+    assert_eq!(
+        rt.cron_ctx()
+            .backend
+            .cron_history(G, &keys)
+            .await
+            .unwrap()
+            .len(),
+        3
+    );
+}
+
 /// One leader fires at `t`, then not again until `t + 6` (a gap: nobody
 /// fired in between); tolerance 1 s, so `t+1`..`t+5` are missed. Each
 /// policy runs what it says, and the history records the rest as missed.

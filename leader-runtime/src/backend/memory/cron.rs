@@ -72,7 +72,7 @@ impl MemoryBackend {
         } else if job.run != Some(run) {
             if job.run.is_some() {
                 // Restored: only the leader of the saved claim may look back.
-                job.since = req.clock_ms;
+                job.since = req.restore_floor_ms;
                 job.since_token = job.claim.map(|(_, token)| token);
             } else {
                 job.since = 0;
@@ -90,21 +90,29 @@ impl MemoryBackend {
             );
             push(history, entry, req.history_len);
         };
+        // Nothing decided yet: no tick from before the job was built.
+        let created = job.last.is_none().then_some(req.created_ms);
         let mut out = Vec::with_capacity(req.ticks.len());
         for &(tick, mode) in req.ticks {
-            let r = if mode == Mode::Run && job.claim == Some((tick, req.token)) {
+            let refused = tick < job.since && job.since_token != Some(req.token);
+            let busy = req.skip_overlap && job.busy.is_some();
+            let r = if mode.runs() && job.claim == Some((tick, req.token)) {
                 Claimed::Ours
-            } else if job.last.is_some_and(|last| tick <= last) {
+            } else if job.last.is_some_and(|last| tick <= last)
+                || created.is_some_and(|created| tick < created)
+            {
                 Claimed::Taken
+            } else if mode == Mode::CatchUp && busy && !refused {
+                Claimed::Wait
             } else {
                 job.last = Some(tick);
-                if tick < job.since && job.since_token != Some(req.token) {
+                if refused {
                     record(history, tick, "missed");
                     Claimed::Refused
                 } else if mode == Mode::Miss {
                     record(history, tick, "missed");
                     Claimed::Missed
-                } else if req.skip_overlap && job.busy.is_some() {
+                } else if busy {
                     record(history, tick, "skipped-overlap");
                     Claimed::Busy
                 } else {

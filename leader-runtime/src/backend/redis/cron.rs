@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use redis::{Script, Value};
 
-use super::super::cron::{ClaimRequest, Claimed, JobKeys, Mode};
+use super::super::cron::{ClaimRequest, Claimed, JobKeys};
 use super::{backend_err, millis, protocol_err, RedisBackend};
 use crate::Result;
 
@@ -45,12 +45,11 @@ impl RedisBackend {
             .arg(if req.skip_overlap { "skip" } else { "allow" })
             .arg(millis(req.busy_ttl))
             .arg(req.history_len.max(1))
-            .arg(req.floor_ms);
+            .arg(req.floor_ms)
+            .arg(req.restore_floor_ms)
+            .arg(req.created_ms);
         for &(tick, mode) in req.ticks {
-            inv.arg(tick).arg(match mode {
-                Mode::Run => "run",
-                Mode::Miss => "miss",
-            });
+            inv.arg(tick).arg(mode.word());
         }
         let reply: Value = inv
             .invoke_async(&mut self.conn.clone())
