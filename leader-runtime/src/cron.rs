@@ -928,7 +928,7 @@ impl Shared {
         }
     }
 
-    async fn run_due(&self, runtime: &Runtime, now: DateTime<Utc>) {
+    async fn run_due(&self, runtime: &Runtime, fired: DateTime<Utc>) {
         let Some(lease) = crate::current_lease() else {
             return;
         };
@@ -946,13 +946,25 @@ impl Shared {
         let (began, after_loss) = lease.tenure.began();
         let floor = after_loss.then(|| {
             let since = TimeDelta::from_std(began.elapsed()).unwrap_or(TimeDelta::MAX);
-            now.checked_sub_signed(since)
+            fired
+                .checked_sub_signed(since)
                 .unwrap_or(DateTime::<Utc>::MIN_UTC)
         });
+        let started = tokio::time::Instant::now();
         loop {
             if !lease.is_valid() {
                 return;
             }
+            // The time now, not the firing's: after a run of this loop, ticks
+            // that came due meanwhile are late, and a plan from the firing's
+            // old time could reach back past what `tried` still holds (after
+            // a run longer than the look-back) and ask for the same ticks at
+            // every turn.
+            let now = fired
+                .checked_add_signed(
+                    TimeDelta::from_std(started.elapsed()).unwrap_or(TimeDelta::MAX),
+                )
+                .unwrap_or(fired);
             let (run, answer) = {
                 let _claiming = self.claiming.lock().await;
                 let plan = self.plan(now, floor);

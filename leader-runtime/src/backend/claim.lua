@@ -99,7 +99,11 @@ for i = 10, #ARGV - 1, 2 do
   local t = tonumber(tick)
   local runs = mode == 'run' or mode == 'catch-up'
   local r
-  if runs and claim == tick .. ' ' .. token then
+  -- Ours only while it is still the newest decided tick: a retry after a
+  -- lost reply. Once later ticks were decided (skipped while it ran), it
+  -- ran: a plan that reaches it again (after a run of more than the
+  -- look-back) must not run it twice.
+  if runs and claim == tick .. ' ' .. token and last and t == last then
     r = 'ours'
   elseif t == nil or (last and t <= last) or (created and t < created) then
     r = 'taken'

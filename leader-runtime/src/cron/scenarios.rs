@@ -98,7 +98,7 @@ pub(super) async fn claim_rules(rt: &Runtime) {
             backend.cron_claim(&req).await.unwrap().unwrap()
         }
     };
-    use Claimed::{Busy, Missed, New, Taken, Wait};
+    use Claimed::{Busy, Missed, New, Ours, Taken, Wait};
     assert_eq!(
         claim(&[(-2, Mode::Miss), (-1, Mode::Run)]).await,
         [Taken, Taken]
@@ -115,7 +115,13 @@ pub(super) async fn claim_rules(rt: &Runtime) {
         .await
         .unwrap();
     assert_eq!(claim(&[(2, Mode::CatchUp)]).await, [New]);
+    // The same claim again (its reply was lost): ours, run it.
+    assert_eq!(claim(&[(2, Mode::CatchUp)]).await, [Ours]);
     assert_eq!(claim(&[(3, Mode::Run)]).await, [Busy]);
+    // Once a later tick was decided (skipped while t+2 ran), t+2 ran: a plan
+    // that reaches it again (a run longer than the look-back, whose firing
+    // then planned from its old time) must not run it twice.
+    assert_eq!(claim(&[(2, Mode::CatchUp)]).await, [Taken]);
     assert_eq!(claim(&[(1, Mode::Run)]).await, [Taken]);
     // Recorded: t+1 missed, t+3 skipped, and the one run's entry.
     assert_eq!(

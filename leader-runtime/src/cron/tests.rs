@@ -592,6 +592,62 @@ async fn missed_all_catches_up_every_tick_with_a_slow_body() {
     );
 }
 
+/// A run longer than the look-back (1,100 s of a per-second job, skipping
+/// overlaps): the firing that ran it goes on planning after it, and must
+/// neither run its tick again nor ask for the same ticks at every turn.
+/// (Before: that firing planned from its own old time, past what `tried`
+/// still held; the claim answered its tick `ours` (its claim mark was never
+/// replaced, the ticks since only skipped), so it ran twice; with that
+/// answer fixed, the firing asked for the same old ticks forever.)
+#[tokio::test(start_paused = true)]
+async fn a_run_longer_than_the_look_back_runs_once_and_its_firing_ends() {
+    let rt = instance(&MemoryBackend::new(), "a");
+    assert!(rt.run_if_leader(G, || async {}).await.is_some());
+    let t = base();
+    let ran = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut job = {
+        let ran = ran.clone();
+        every_second("long")
+            .runtime(&rt)
+            .prepare(move |tick| {
+                let first = {
+                    let mut ran = ran.lock().unwrap();
+                    ran.push(tick.id().to_owned());
+                    ran.len() == 1
+                };
+                async move {
+                    if first {
+                        tokio::time::sleep(Duration::from_secs(1100)).await;
+                    }
+                }
+            })
+            .unwrap()
+    };
+    job.created = at(t - 1, 0);
+    let job = Arc::new(job);
+    let start = Instant::now();
+    // The scheduler: a firing every second, each its own task.
+    let mut firings = Vec::new();
+    for s in 0..1110 {
+        let job = job.clone();
+        firings.push(tokio::spawn(
+            async move { job.fire_at(at(t + s, 100)).await },
+        ));
+        sleep_until(start + Duration::from_secs(s as u64 + 1)).await;
+    }
+    for f in firings {
+        f.await.unwrap();
+    }
+    let ran = ran.lock().unwrap().clone();
+    let first = ran.first().cloned().expect("the first tick ran");
+    assert_eq!(
+        ran.iter().filter(|id| **id == first).count(),
+        1,
+        "the long run's tick ran twice: {:?}",
+        &ran[..ran.len().min(5)]
+    );
+}
+
 /// The restore scenarios' start: `a` leads and runs a wide every-second
 /// job at t-1 and t, the data is snapshotted, `a` runs t+1 to t+3, then the
 /// snapshot is restored.

@@ -96,7 +96,9 @@ impl MemoryBackend {
         for &(tick, mode) in req.ticks {
             let refused = tick < job.since && job.since_token != Some(req.token);
             let busy = req.skip_overlap && job.busy.is_some();
-            let r = if mode.runs() && job.claim == Some((tick, req.token)) {
+            // As claim.lua: ours only while still the newest decided tick.
+            let r = if mode.runs() && job.claim == Some((tick, req.token)) && job.last == Some(tick)
+            {
                 Claimed::Ours
             } else if job.last.is_some_and(|last| tick <= last)
                 || created.is_some_and(|created| tick < created)
