@@ -194,7 +194,11 @@ pub enum Missed {
     Latest,
     /// Every missed tick at most `window` late (at most [`MAX_WINDOW`])
     /// runs, oldest first, up to [`max_catch_up`](JobBuilder::max_catch_up)
-    /// of them (the latest ones); the others are recorded as missed.
+    /// of them (the latest ones); the others are recorded as missed. With
+    /// [`Overlap::Skip`] each catch-up waits for the run before it, and the
+    /// ticks that come due meanwhile wait behind it: they are decided once
+    /// it ran, by then late (so they are caught up, or recorded as missed
+    /// once past `window` or the cap), not skipped as overlapping.
     All {
         /// How late a tick may still run.
         window: Duration,
