@@ -932,7 +932,7 @@ impl Shared {
         }
     }
 
-    async fn run_due(&self, runtime: &Runtime, fired: DateTime<Utc>) {
+    async fn run_due(&self, runtime: &Runtime, now: DateTime<Utc>) {
         let Some(lease) = crate::current_lease() else {
             return;
         };
@@ -950,28 +950,25 @@ impl Shared {
         let (began, after_loss) = lease.tenure.began();
         let floor = after_loss.then(|| {
             let since = TimeDelta::from_std(began.elapsed()).unwrap_or(TimeDelta::MAX);
-            fired
-                .checked_sub_signed(since)
+            now.checked_sub_signed(since)
                 .unwrap_or(DateTime::<Utc>::MIN_UTC)
         });
-        let started = tokio::time::Instant::now();
+        // The newest tick this firing decided: each turn plans from the
+        // firing's time again, and only later ticks are its business. (A
+        // plan after a run longer than the look-back reaches back past what
+        // `tried` still holds: without this, it asked for the same old ticks
+        // at every turn. Planning from the time now instead would keep a
+        // firing claiming new ticks for as long as they come, and a drain
+        // waiting for it.)
+        let mut decided: Option<DateTime<Utc>> = None;
         loop {
             if !lease.is_valid() {
                 return;
             }
-            // The time now, not the firing's: after a run of this loop, ticks
-            // that came due meanwhile are late, and a plan from the firing's
-            // old time could reach back past what `tried` still holds (after
-            // a run longer than the look-back) and ask for the same ticks at
-            // every turn.
-            let now = fired
-                .checked_add_signed(
-                    TimeDelta::from_std(started.elapsed()).unwrap_or(TimeDelta::MAX),
-                )
-                .unwrap_or(fired);
             let (run, answer) = {
                 let _claiming = self.claiming.lock().await;
-                let plan = self.plan(now, floor);
+                let mut plan = self.plan(now, floor);
+                plan.retain(|p| decided.is_none_or(|d| p.at > d));
                 // Misses up to and including the first tick to run.
                 let end = plan
                     .iter()
@@ -1040,6 +1037,7 @@ impl Shared {
                     self.tried(&batch[..batch.len() - 1]);
                 } else {
                     self.tried(batch);
+                    decided = Some(batch[batch.len() - 1].at);
                 }
                 (batch[batch.len() - 1], answer)
             };

@@ -648,6 +648,46 @@ async fn a_run_longer_than_the_look_back_runs_once_and_its_firing_ends() {
     );
 }
 
+/// A step-down while a per-second job's slow body runs waits for that run
+/// only: the firing's loop does not go on to the ticks that came due
+/// meanwhile (it plans from the firing's own time, and their own firings
+/// were refused by the drain), so the lease is released, not left to
+/// expire.
+#[tokio::test(start_paused = true)]
+async fn a_step_down_waits_for_the_run_in_flight_only() {
+    let rt = instance(&MemoryBackend::new(), "a");
+    assert!(rt.run_if_leader(G, || async {}).await.is_some());
+    let t = base();
+    let mut job = every_second("slow")
+        .runtime(&rt)
+        .prepare(|_| async { tokio::time::sleep(Duration::from_millis(1500)).await })
+        .unwrap();
+    job.created = at(t - 1, 0);
+    let job = Arc::new(job);
+    let start = Instant::now();
+    let mut firings = Vec::new();
+    for s in 0..3 {
+        let job = job.clone();
+        firings.push(tokio::spawn(
+            async move { job.fire_at(at(t + s, 100)).await },
+        ));
+        sleep_until(start + Duration::from_secs(s as u64 + 1)).await;
+    }
+    // t+2's run is in flight (from 2 s to 3.5 s): step down at 3.2 s.
+    sleep_until(start + Duration::from_millis(3200)).await;
+    let asked = Instant::now();
+    rt.step_down(G).await.unwrap();
+    let took = asked.elapsed();
+    assert!(
+        took <= Duration::from_millis(400),
+        "the step-down waited {took:?}, not just for the run in flight"
+    );
+    assert!(!rt.is_leader(G));
+    for f in firings {
+        f.await.unwrap();
+    }
+}
+
 /// The restore scenarios' start: `a` leads and runs a wide every-second
 /// job at t-1 and t, the data is snapshotted, `a` runs t+1 to t+3, then the
 /// snapshot is restored.
