@@ -55,6 +55,26 @@ fn planned(plan: &[Planned]) -> Vec<(i64, Mode)> {
     plan.iter().map(|p| (p.at.timestamp(), p.mode)).collect()
 }
 
+/// The scheduler's firings of `job`: one a second for `n` seconds, each its
+/// own task, at `first` and every second after it (by the job's clock) as
+/// paused time passes; returns the tasks once the last has started.
+async fn fire_every_second(
+    job: &Arc<Shared>,
+    first: chrono::DateTime<chrono::Utc>,
+    n: i64,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let start = Instant::now();
+    let mut firings = Vec::new();
+    for s in 0..n {
+        let job = job.clone();
+        firings.push(tokio::spawn(async move {
+            job.fire_at(first + chrono::TimeDelta::seconds(s)).await
+        }));
+        sleep_until(start + Duration::from_secs(s.unsigned_abs() + 1)).await;
+    }
+    firings
+}
+
 /// Wait (paused time) until `rt` leads `G`.
 async fn until_leader(rt: &Runtime) {
     for _ in 0..200 {
@@ -559,15 +579,7 @@ async fn missed_all_catches_up_every_tick_with_a_slow_body() {
     job.fire_at(at(m, 100)).await;
     // Nobody fired for three and a half minutes; then every second.
     let now = at(m + 4 * 60 - 30, 100);
-    let mut firings = Vec::new();
-    for s in 0..12 {
-        let job = job.clone();
-        firings.push(tokio::spawn(async move {
-            job.fire_at(now + chrono::TimeDelta::seconds(s)).await
-        }));
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
-    for f in firings {
+    for f in fire_every_second(&job, now, 12).await {
         f.await.unwrap();
     }
     let minutes = |r: &crate::cron::Run| (super::history::unix_ms(r.scheduled) / 1000 - m) / 60;
@@ -625,17 +637,7 @@ async fn a_run_longer_than_the_look_back_runs_once_and_its_firing_ends() {
     };
     job.created = at(t - 1, 0);
     let job = Arc::new(job);
-    let start = Instant::now();
-    // The scheduler: a firing every second, each its own task.
-    let mut firings = Vec::new();
-    for s in 0..1110 {
-        let job = job.clone();
-        firings.push(tokio::spawn(
-            async move { job.fire_at(at(t + s, 100)).await },
-        ));
-        sleep_until(start + Duration::from_secs(s as u64 + 1)).await;
-    }
-    for f in firings {
+    for f in fire_every_second(&job, at(t, 100), 1110).await {
         f.await.unwrap();
     }
     let ran = ran.lock().unwrap().clone();
@@ -665,14 +667,7 @@ async fn a_step_down_waits_for_the_run_in_flight_only() {
     job.created = at(t - 1, 0);
     let job = Arc::new(job);
     let start = Instant::now();
-    let mut firings = Vec::new();
-    for s in 0..3 {
-        let job = job.clone();
-        firings.push(tokio::spawn(
-            async move { job.fire_at(at(t + s, 100)).await },
-        ));
-        sleep_until(start + Duration::from_secs(s as u64 + 1)).await;
-    }
+    let firings = fire_every_second(&job, at(t, 100), 3).await;
     // t+2's run is in flight (from 2 s to 3.5 s): step down at 3.2 s.
     sleep_until(start + Duration::from_millis(3200)).await;
     let asked = Instant::now();
