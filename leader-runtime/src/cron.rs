@@ -854,7 +854,12 @@ impl Shared {
                 }
             }
             gaps.planned_until = Some(seen.map_or(now, |seen| seen.max(now)));
-            gaps.ticks.clone()
+            // Which of this plan's ticks are gap ticks (not a copy of the
+            // whole set: this runs at every firing).
+            ticks
+                .iter()
+                .map(|t| gaps.ticks.contains(&t.timestamp_millis()))
+                .collect::<Vec<bool>>()
         };
         let missed: Vec<usize> = (0..ticks.len()).filter(|&i| late(&ticks[i])).collect();
         let mut catch_up = BTreeSet::new();
@@ -879,7 +884,7 @@ impl Shared {
                     Mode::Run
                 } else if !catch_up.contains(&i) {
                     Mode::Miss
-                } else if gaps.contains(&at.timestamp_millis()) {
+                } else if gaps[i] {
                     Mode::CatchUp
                 } else {
                     Mode::Run
