@@ -5,10 +5,12 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
 
+use crate::backend::heir::Heir;
 use crate::backend::{AttemptBatcher, Backend, Channels, NoticeSink, RedisBackend};
 use crate::balance::{spawn_heartbeat, Balance};
 use crate::config::{BackendConfig, Config};
@@ -47,11 +49,21 @@ impl Ctx {
     /// The backend `config` names (no network yet), the event channel, and
     /// the callbacks' thread if a callback is set. Inside a tokio runtime.
     pub(crate) fn new(config: Config) -> Result<Self> {
-        let backend = match &config.backend {
-            BackendConfig::Redis(redis) => {
-                Backend::Redis(RedisBackend::new(redis, config.call_timeout, true)?)
-            }
-            BackendConfig::Memory(memory) => Backend::Memory(memory.clone()),
+        // One follower per group takes a crashed leader's lease at its
+        // expiry (`backend/heir.rs`): on Redis, with batched attempts, and
+        // not with balanced leadership (a crash frees only a share there,
+        // and the earlier attempts would cost more calls than they save).
+        let heir = (!config.unbatched_attempts && !config.balance)
+            .then(|| Heir::for_timings(config.ttl, config.renew_interval))
+            .flatten();
+        let (backend, lead) = match &config.backend {
+            BackendConfig::Redis(redis) => (
+                Backend::Redis(
+                    RedisBackend::new(redis, config.call_timeout, true)?.with_heir(heir),
+                ),
+                heir.map_or(Duration::ZERO, |h| h.lead),
+            ),
+            BackendConfig::Memory(memory) => (Backend::Memory(memory.clone()), Duration::ZERO),
         };
         let stop = CancellationToken::new();
         let balance = config.balance.then(|| {
@@ -78,6 +90,7 @@ impl Ctx {
                 backend.clone(),
                 !config.unbatched_attempts,
                 config.call_timeout,
+                lead,
             ),
             balance,
             backend,

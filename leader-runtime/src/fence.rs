@@ -746,6 +746,7 @@ mod tests {
             "token",
             "paused",
             "result",
+            "heir",
             "cron:x",
             "cron-history:x",
         ] {

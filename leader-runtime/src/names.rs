@@ -75,10 +75,11 @@ impl GroupKeys {
 }
 
 /// The names under a group (`{prefix}:{group}:<name>`) the runtime keeps for
-/// itself: the lease, the record, the pause key, a run-once result; and the
+/// itself: the lease, the record, the pause key, a run-once result, the
+/// heir of a crashed leader's lease (`backend/heir.rs`); and the
 /// prefixes of the cron keys (`cron:<job>`, `cron-history:<job>`). A fenced
 /// write to one of them is refused (see [`reserved_key`]).
-pub(crate) const RESERVED_NAMES: [&str; 4] = ["lease", "token", "paused", "result"];
+pub(crate) const RESERVED_NAMES: [&str; 5] = ["lease", "token", "paused", "result", "heir"];
 /// See [`RESERVED_NAMES`].
 pub(crate) const RESERVED_PREFIXES: [&str; 2] = ["cron:", "cron-history:"];
 

@@ -4,6 +4,8 @@
 --          cluster: all in one hash slot)
 -- ARGV[1]  our instance id
 -- ARGV[2]  ttl in milliseconds
+-- ARGV[3], ARGV[4]  optional: the heir rule's suspect_below and grace in
+--          milliseconds (record.lua's after_heir, backend/heir.rs)
 -- returns  one flat array: for each triple, in order, acquire.lua's reply
 --          spread out ({1, token, wait, why, last}: 5 entries, {0, holder,
 --          pttl}: 3, {2, 'paused'}: 2, with the same meaning), or
@@ -19,6 +21,7 @@ if redis.replicate_commands then redis.replicate_commands() end
 local ttl = tonumber(ARGV[2])
 local id = ARGV[1]
 local clock = script_clock()
+local suspect_below, grace = heir_args(3)
 local n = #KEYS / 3
 
 local out, m = {}, 0
@@ -40,7 +43,7 @@ for i = 1, n do
     pttl = redis.pcall('PTTL', KEYS[k])
   end
   if type(pttl) == 'number' then
-    out[m + 1], out[m + 2], out[m + 3] = 0, holder, pttl
+    out[m + 1], out[m + 2], out[m + 3] = 0, holder, after_heir(KEYS[k], id, pttl, suspect_below, grace)
     m = m + 3
   elseif pttl then
     out[m + 1], out[m + 2] = -1, tostring(pttl.err)
@@ -54,7 +57,8 @@ for i = 1, n do
     if checked and type(holder) ~= 'table' then
       ok, reply, err = pcall(grant, KEYS[k], KEYS[k + 1], id, ttl, ARGV[2], clock, holder)
     else
-      ok, reply, err = pcall(acquire_one, KEYS[k], KEYS[k + 1], KEYS[k + 2], id, ttl, ARGV[2], clock)
+      ok, reply, err = pcall(acquire_one, KEYS[k], KEYS[k + 1], KEYS[k + 2], id, ttl, ARGV[2], clock,
+        suspect_below, grace)
     end
     if not ok then
       reply = {-1, tostring(type(reply) == 'table' and reply.err or reply)}

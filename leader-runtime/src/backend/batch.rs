@@ -434,13 +434,21 @@ pub(crate) struct AttemptBatcher {
     grid: Grid,
     /// Picks this instance's spread in each step.
     spread: RandomState,
+    /// How long before its grid point an early attempt is made: the heir
+    /// rule's lead (see `heir.rs`), or zero.
+    lead: Duration,
 }
 
 impl AttemptBatcher {
     /// A batcher sending on `backend` (`batched` false: each attempt alone);
     /// `call_timeout`: what bounds each attempt (see [`Wait::within`]).
     /// Must be called inside a tokio runtime.
-    pub(crate) fn new(backend: Backend, batched: bool, call_timeout: Duration) -> Self {
+    pub(crate) fn new(
+        backend: Backend,
+        batched: bool,
+        call_timeout: Duration,
+        lead: Duration,
+    ) -> Self {
         let grid = match &backend {
             Backend::Redis(_) => Grid::wall_clock(),
             Backend::Memory(_) => Grid::from_now(),
@@ -455,16 +463,19 @@ impl AttemptBatcher {
             backend,
             grid,
             spread: RandomState::new(),
+            lead,
         }
     }
 
     /// When to try a lease that expires at `expiry` (or to retry at
     /// `expiry`). Far ahead: early, at `expiry` moved back onto the coarse
-    /// grid of [`EARLY_STEP`] — a live leader has renewed the lease since
-    /// (it renews more than `EARLY_STEP` before its lease ends), so the
-    /// attempt learns the new expiry just as well, and the attempts of leases
-    /// renewed at nearby instants (by different calls, leaders, instances)
-    /// fall due together. Close (an early attempt found the lease still
+    /// grid of [`EARLY_STEP`], and back by the heir rule's lead when it is
+    /// on — a live leader has renewed the lease since (it renews more than
+    /// `EARLY_STEP` before its lease ends, and half a renew interval is the
+    /// lead), so the attempt learns the new expiry just as well, and the
+    /// attempts of leases renewed at nearby instants (by different calls,
+    /// leaders, instances) fall due together; a crashed leader's lease is
+    /// found missing a renewal, which names its heir (`heir.rs`). Close (an early attempt found the lease still
     /// there: its holder stopped renewing): at `expiry` moved forward onto
     /// the grid of [`ATTEMPT_STEP`]. Either then moved by this instance's
     /// spread for that step (less than [`ATTEMPT_SPREAD`], the same for every
@@ -477,6 +488,7 @@ impl AttemptBatcher {
             return expiry + Duration::from_millis(u64::from(ms));
         }
         let early = self.grid.floor(expiry, EARLY_STEP);
+        let early = early.checked_sub(self.lead).unwrap_or(early);
         let on_grid = if early >= Instant::now() + EARLY_STEP {
             early
         } else {
@@ -621,6 +633,34 @@ mod tests {
         assert!(
             short.busy_max <= Some(Duration::from_micros(1250)),
             "{short:?}"
+        );
+    }
+
+    /// With the heir rule's lead, an early attempt comes that much before
+    /// its grid point (so a crashed leader is found out before the
+    /// expiry); an attempt at an expiry close ahead is not moved.
+    #[tokio::test(start_paused = true)]
+    async fn an_early_attempt_comes_the_lead_before_its_grid_point() {
+        let backend = Backend::Memory(crate::MemoryBackend::new());
+        let timeout = Duration::from_secs(5);
+        let lead = Duration::from_millis(2_500);
+        let plain = AttemptBatcher::new(backend.clone(), true, timeout, Duration::ZERO);
+        let led = AttemptBatcher::new(backend, true, timeout, lead);
+        let expiry = Instant::now() + Duration::from_secs(15);
+        let (at, early) = (plain.follow_at(expiry), led.follow_at(expiry));
+        assert!(at <= expiry + ATTEMPT_SPREAD, "{:?}", at - Instant::now());
+        // Each batcher draws its own spread within a step.
+        let apart = at - early;
+        assert!(
+            apart > lead - ATTEMPT_SPREAD && apart < lead + ATTEMPT_SPREAD,
+            "{apart:?}"
+        );
+        let near = Instant::now() + Duration::from_millis(1_000);
+        let at = led.follow_at(near);
+        assert!(
+            at >= near && at <= near + ATTEMPT_STEP + ATTEMPT_SPREAD,
+            "{:?}",
+            at - near
         );
     }
 

@@ -10,6 +10,7 @@ mod batch;
 #[cfg(feature = "cron")]
 pub(crate) mod cron;
 pub(crate) mod fence;
+pub(crate) mod heir;
 mod memory;
 pub(crate) mod once;
 pub(crate) mod redis;
@@ -43,7 +44,10 @@ pub(crate) enum Acquire {
         why: SafeStart,
         last: Option<u64>,
     },
-    /// Another instance holds it; `pttl` is its remaining life if it expires.
+    /// Another instance holds it; `pttl` is its remaining life if it expires
+    /// — on Redis plus the heir rule's grace when the holder missed a
+    /// renewal and another follower is the group's heir (`heir.rs`): when
+    /// to ask again, not when the lease ends.
     Held {
         holder: String,
         pttl: Option<Duration>,

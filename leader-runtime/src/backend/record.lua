@@ -215,15 +215,44 @@ local function grant(lease, record, id, ttl, ttl_arg, clock, holder)
   return {1, token, wait, why, rec and rec.token or ''}
 end
 
+-- The PTTL to answer follower id that found the lease at lease held by
+-- another with pttl ms left, after the heir rule (backend/heir.rs). Under
+-- suspect_below ms (nil: the rule is off) the holder missed a renewal: the
+-- first follower to see that is named the group's heir, in the key named as
+-- the lease with `heir` for `lease` (so in its hash slot), until grace ms
+-- and a second after the lease's expiry. The heir is answered pttl, the
+-- others pttl + grace, so that at the expiry only the heir asks. A refused
+-- GET or SET there (an ACL rule written before heirs) leaves the rule out.
+local function after_heir(lease, id, pttl, suspect_below, grace)
+  if not suspect_below or pttl < 0 or pttl >= suspect_below then return pttl end
+  if string.sub(lease, -6) ~= ':lease' then return pttl end
+  local key = string.sub(lease, 1, -6) .. 'heir'
+  local heir = redis.pcall('GET', key)
+  if heir == false then
+    local set = redis.pcall('SET', key, id, 'NX', 'PX', pttl + grace + 1000)
+    if type(set) == 'table' and set.err then return pttl end
+    heir = id
+  elseif type(heir) ~= 'string' then
+    return pttl
+  end
+  if heir == id then return pttl end
+  return pttl + grace
+end
+-- The heir rule's figures among a script's ARGV (from ARGV[i]):
+-- suspect_below and grace in ms, or nil (off) when absent.
+local function heir_args(i)
+  return tonumber(ARGV[i]), tonumber(ARGV[i + 1]) or 0
+end
 -- Acquire the lease at lease (record at record, pause key pause) for id for
 -- ttl ms (ttl_arg: the same, as the caller's string), or re-claim our own;
--- clock: a script_clock(). Returns acquire.lua's reply (a table), or nil and
+-- clock: a script_clock(); suspect_below, grace: the heir rule's
+-- (heir_args; nil: off). Returns acquire.lua's reply (a table), or nil and
 -- an error message when the record is malformed (nothing written then).
-local function acquire_one(lease, record, pause, id, ttl, ttl_arg, clock)
+local function acquire_one(lease, record, pause, id, ttl, ttl_arg, clock, suspect_below, grace)
   if paused(pause) then return {2, 'paused'} end
   local holder = redis.call('GET', lease)
   if holder and holder ~= id then
-    return {0, holder, redis.call('PTTL', lease)}
+    return {0, holder, after_heir(lease, id, redis.call('PTTL', lease), suspect_below, grace)}
   end
   return grant(lease, record, id, ttl, ttl_arg, clock, holder)
 end

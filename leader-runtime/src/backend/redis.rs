@@ -20,6 +20,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::batch::RenewBatcher;
+use super::heir::{Heir, HEIR_GRACE};
 use super::sentinel::SentinelConn;
 use super::{Acquire, Channels, Counts, Member, Notice, NoticeSink, Op, Renew, SafeStart};
 use crate::names::GroupKeys;
@@ -32,6 +33,8 @@ mod acquire_many_tests;
 mod confirm_tests;
 #[cfg(feature = "cron")]
 mod cron;
+#[cfg(test)]
+mod heir_tests;
 mod once;
 
 /// Where and how to reach Redis, as the config builder collected it.
@@ -402,6 +405,8 @@ pub(crate) struct RedisBackend {
     /// confirmed by enough replicas: the record it wrote may be lost in a
     /// failover, so the next win still waits one ttl.
     unconfirmed_waits: Arc<Mutex<HashSet<String>>>,
+    /// The heir rule's timings (see `heir.rs`); `None`: off.
+    heir: Option<Heir>,
 }
 
 /// `redis::Script` retries with `SCRIPT LOAD` on `NOSCRIPT`, which is what a
@@ -484,21 +489,36 @@ impl RedisBackend {
             wait_timeout: (call_timeout / 2).max(Duration::from_millis(1)),
             call_timeout,
             unconfirmed_waits: Arc::default(),
+            heir: None,
         })
+    }
+
+    /// With the heir rule (see `heir.rs`), for the acquire scripts.
+    pub(crate) fn with_heir(mut self, heir: Option<Heir>) -> Self {
+        self.heir = heir;
+        self
+    }
+
+    /// The acquire scripts' ARGV[3] and ARGV[4]: the heir rule's
+    /// `suspect_below` and [`HEIR_GRACE`] in ms; none when it is off.
+    fn heir_args(&self) -> Vec<u64> {
+        self.heir
+            .map(|h| vec![millis(h.suspect_below), millis(HEIR_GRACE)])
+            .unwrap_or_default()
     }
 
     pub(super) async fn acquire(&self, op: &Op<'_>, ttl: Duration) -> Result<Acquire> {
         if self.min_replicas > 0 {
             return self.acquire_confirmed(op, ttl).await;
         }
-        let reply: Value = self
-            .scripts
-            .acquire
-            .key(&op.keys.lease)
+        let mut call = self.scripts.acquire.prepare_invoke();
+        call.key(&op.keys.lease)
             .key(&op.keys.record)
             .key(&op.keys.paused)
             .arg(op.id)
             .arg(millis(ttl))
+            .arg(self.heir_args());
+        let reply: Value = call
             .invoke_async(&mut self.conn.clone())
             .await
             .map_err(|e| backend_err(op.group, &e))?;
@@ -566,7 +586,7 @@ impl RedisBackend {
             for key in &keys {
                 call.key(*key);
             }
-            call.arg(id).arg(millis(ttl));
+            call.arg(id).arg(millis(ttl)).arg(self.heir_args());
             (call.invoke_async(&mut self.conn.clone()).await, None)
         };
         let replies = match reply.map(|r| split_flat(groups.len(), r)) {
@@ -659,7 +679,8 @@ impl RedisBackend {
             .arg(keys.len())
             .arg(keys)
             .arg(id)
-            .arg(millis(ttl));
+            .arg(millis(ttl))
+            .arg(self.heir_args());
         pipe.cmd("WAIT")
             .arg(self.min_replicas)
             .arg(millis(self.wait_timeout));

@@ -1,0 +1,121 @@
+//! One follower per group takes a crashed leader's lease at its expiry: the
+//! group's *heir*. The others ask [`HEIR_GRACE`] later.
+//!
+//! Why: when one instance leads thousands of groups and crashes, every
+//! follower used to ask for every one of its groups at the expiry. At
+//! 20 × 5,000 on one Redis that is 95,000 refused attempts beside the 5,000
+//! take-overs, all serial on the Redis core, and the followers' own CPU on
+//! top (p99 194–723 ms after the expiry, BENCHMARKS.md). With an heir, only
+//! the take-overs remain at the expiry.
+//!
+//! How, on Redis:
+//!
+//! - A follower makes its early attempt ([`AttemptBatcher::follow_at`]) a
+//!   [`Heir::lead`] (half a renew interval) before the grid point at the
+//!   lease's expiry, not at it. A live leader has renewed since, so the
+//!   attempt still learns the new expiry (the lease then has `ttl − lead`
+//!   left); a crashed one has not, and the attempt finds less than
+//!   [`Heir::suspect_below`] left, well before the expiry.
+//! - `acquire.lua` and `acquire_many.lua` (record.lua's `after_heir`): a
+//!   refused attempt that finds the lease with less than `suspect_below`
+//!   left (the holder missed a renewal) names the asking instance the
+//!   group's heir if none is named (`{prefix}:{group}:heir`, `SET NX`, which
+//!   expires `HEIR_GRACE` plus a second after the lease). To the heir it
+//!   answers the lease's true PTTL; to every other follower that PTTL plus
+//!   `HEIR_GRACE`, so they ask after the heir took it.
+//!
+//! Only *when* followers ask changes: every grant still goes through the
+//! same script path, so this cannot make two leaders. A live holder whose
+//! renewals were late gets an heir too; its followers then ask later
+//! (refused either way). If the heir is gone as well (two crashes at once),
+//! or does not ask in time, the others take the group `HEIR_GRACE` after
+//! the expiry. Per group, not per holder: an heir is a follower of that
+//! group, so in a fleet whose instances campaign in different groups each
+//! group still has one.
+//!
+//! Off in memory (one process: nothing to gather), with unbatched attempts,
+//! for timings where a renew interval is too short to tell a missed renewal
+//! from a late one ([`Heir::for_timings`]), and with balanced leadership:
+//! there a crash frees only the crashed instance's share (250 of 5,000
+//! leases at 20 instances), which the followers already take within the
+//! target, while the earlier attempt makes each follower ask once per
+//! `ttl − renew_interval` of every leader rather than up to once per `ttl`
+//! (20 × 5,000 balanced: 54.4 script calls a second with heirs, 41.4
+//! without, and no faster failover; BENCHMARKS.md).
+//!
+//! The cost without balancing: a follower asks every leader once per
+//! `ttl − renew_interval` (the model's worst case before, too). At one
+//! leader of 5,000 groups and 19 followers that measured fewer calls, not
+//! more (21.7 against 24.6–25.5 a second).
+//!
+//! [`AttemptBatcher::follow_at`]: super::batch::AttemptBatcher::follow_at
+
+use std::time::Duration;
+
+/// How much later than the heir the other followers of a group ask: more
+/// than the heir's attempt takes to arrive and be served at a large expiry
+/// (20 ms of attempt grid and gathering, 45–70 ms of Redis for 5,000
+/// take-overs, BENCHMARKS.md).
+pub(crate) const HEIR_GRACE: Duration = Duration::from_millis(200);
+
+/// The shortest renew interval with heirs: a lead of half of it must leave
+/// the early attempt on the early grid (one step ahead) with room.
+const MIN_RENEW_INTERVAL: Duration = Duration::from_secs(1);
+
+/// The timings of the heir rule for one fleet's `ttl` and `renew_interval`
+/// (every instance must use the same, as for balanced leadership).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Heir {
+    /// How long before the grid point at a lease's expiry a follower makes
+    /// its early attempt: half a renew interval.
+    pub(crate) lead: Duration,
+    /// A lease found with less than this left missed a renewal:
+    /// `ttl − 1.25 × renew_interval`. A live holder's lease never has less
+    /// than `ttl − renew_interval` left, minus how late a renewal comes (a
+    /// quarter interval of margin); at a follower's early attempt a
+    /// crashed one has `lead` left.
+    pub(crate) suspect_below: Duration,
+}
+
+impl Heir {
+    /// The rule for these timings, or `None` where it cannot tell a crashed
+    /// holder apart in time: a renew interval under a second, or a ttl
+    /// without room for the lead below `suspect_below`.
+    pub(crate) fn for_timings(ttl: Duration, renew_interval: Duration) -> Option<Self> {
+        if renew_interval < MIN_RENEW_INTERVAL {
+            return None;
+        }
+        let lead = renew_interval / 2;
+        let suspect_below = ttl.checked_sub(renew_interval + renew_interval / 4)?;
+        (suspect_below > lead).then_some(Self {
+            lead,
+            suspect_below,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_timings_have_an_heir() {
+        let heir = Heir::for_timings(Duration::from_secs(15), Duration::from_secs(5)).unwrap();
+        assert_eq!(heir.lead, Duration::from_millis(2_500));
+        assert_eq!(heir.suspect_below, Duration::from_millis(8_750));
+        // A live leader's lease at the early attempt (ttl − lead) is above
+        // the line, a crashed one's (lead) below it.
+        assert!(Duration::from_secs(15) - heir.lead > heir.suspect_below);
+        assert!(heir.lead < heir.suspect_below);
+    }
+
+    #[test]
+    fn short_or_tight_timings_have_none() {
+        let s = Duration::from_secs;
+        let ms = Duration::from_millis;
+        assert_eq!(Heir::for_timings(ms(3_000), ms(900)), None);
+        // ttl − 1.25 × renew = 1.25 s, not above the 2.5 s lead.
+        assert_eq!(Heir::for_timings(s(7) + ms(500), s(5)), None);
+        assert!(Heir::for_timings(s(10), s(3)).is_some());
+    }
+}
