@@ -395,11 +395,14 @@ impl ConfigBuilder {
     /// Worth it beyond spreading the work: with thousands of groups, a
     /// crash frees only the crashed instance's share, not every lease.
     /// When one instance leads all 5,000 groups of a 20-instance fleet on
-    /// one Redis, the survivors' 95,000 attempts at its expiry keep Redis
-    /// and 2 cores busy well past the `ttl` (p99 154–723 ms after the
-    /// expiry, depending on the CPU); balanced, the 250 of the crashed
-    /// instance's share are led again within 17–54 ms of it (the 54 from
-    /// the slowest host measured; `BENCHMARKS.md`, "A fleet on one Redis").
+    /// one Redis, its 5,000 leases are taken over at once at its expiry:
+    /// unbalanced, one follower per group (its heir) asks then and the
+    /// others 200 ms later, and the take-overs alone keep Redis busy for
+    /// tens of ms (p99 101–142 ms after the expiry on an AMD EPYC host;
+    /// 154–723 ms, depending on the CPU, before heirs); balanced, the 250
+    /// of the crashed instance's share are led again within 17–54 ms of it
+    /// (the 54 from the slowest host measured; `BENCHMARKS.md`, "A fleet on
+    /// one Redis"). Heirs are off with balancing (see `backend/heir.rs`).
     ///
     /// Membership is a hash
     /// `{prefix}:balance` in the backend (one key, so one slot on a
