@@ -475,12 +475,15 @@ impl AttemptBatcher {
     /// lead), so the attempt learns the new expiry just as well, and the
     /// attempts of leases renewed at nearby instants (by different calls,
     /// leaders, instances) fall due together; a crashed leader's lease is
-    /// found missing a renewal, which names its heir (`heir.rs`). Close (an early attempt found the lease still
-    /// there: its holder stopped renewing): at `expiry` moved forward onto
+    /// found missing a renewal, which names its heir (`heir.rs`). Close (an
+    /// early attempt found the lease still there: its holder stopped
+    /// renewing): at `expiry` moved forward onto
     /// the grid of [`ATTEMPT_STEP`]. Either then moved by this instance's
     /// spread for that step (less than [`ATTEMPT_SPREAD`], the same for every
     /// group). So a lease that ends is tried at most `ATTEMPT_STEP +
-    /// ATTEMPT_SPREAD` after it ends.
+    /// ATTEMPT_SPREAD` after it ends (after the expiry Redis answered: for
+    /// a follower that is not the group's heir, `HEIR_GRACE` after the
+    /// lease's own).
     pub(crate) fn follow_at(&self, expiry: Instant) -> Instant {
         let spread_ms = ATTEMPT_SPREAD.as_millis() as u32;
         if !self.batched {
