@@ -35,10 +35,19 @@ const HOLDERS: [(&str, &[u8]); 8] = [
 /// `me`'s attempts at `groups` in one `acquire_many` (for a single group,
 /// the backend's lone `acquire.lua` call), each error as text.
 pub(super) async fn answers(backend: &Backend, groups: &[&str]) -> Vec<Result<Acquire, String>> {
+    answers_of(backend, "me", groups).await
+}
+
+/// [`answers`] for instance `id`.
+pub(super) async fn answers_of(
+    backend: &Backend,
+    id: &str,
+    groups: &[&str],
+) -> Vec<Result<Acquire, String>> {
     let keys: Vec<GroupKeys> = groups.iter().map(|g| GroupKeys::new("leader", g)).collect();
     let pairs: Vec<(&str, &GroupKeys)> = groups.iter().copied().zip(&keys).collect();
     backend
-        .acquire_many("me", TTL, &pairs)
+        .acquire_many(id, TTL, &pairs)
         .await
         .into_iter()
         .map(|a| a.map_err(|e| e.to_string()))

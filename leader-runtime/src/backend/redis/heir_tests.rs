@@ -8,23 +8,10 @@ use std::time::Duration;
 use leader_testkit::RedisServer;
 use redis::AsyncCommands;
 
+use super::acquire_many_tests::answers_of as answers;
 use crate::backend::heir::{Heir, HEIR_GRACE};
 use crate::backend::{Acquire, Backend};
-use crate::names::GroupKeys;
 use crate::{Config, Runtime};
-
-/// `id`'s attempts at `groups` in one `acquire_many` (for a single group,
-/// the backend's lone `acquire.lua` call), each error as text.
-async fn answers(backend: &Backend, id: &str, groups: &[&str]) -> Vec<Result<Acquire, String>> {
-    let keys: Vec<GroupKeys> = groups.iter().map(|g| GroupKeys::new("leader", g)).collect();
-    let pairs: Vec<(&str, &GroupKeys)> = groups.iter().copied().zip(&keys).collect();
-    backend
-        .acquire_many(id, crate::backend::redis::acquire_many_tests::TTL, &pairs)
-        .await
-        .into_iter()
-        .map(|a| a.map_err(|e| e.to_string()))
-        .collect()
-}
 
 /// A runtime of `id` on `server` with the default timings (ttl 15 s, renew
 /// 5 s: the rule is on, `suspect_below` 8.75 s) or, `heir` false, a renew
