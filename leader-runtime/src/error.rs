@@ -97,12 +97,12 @@ pub enum Error {
     },
     /// A fenced write named a key the runtime keeps for itself (refused
     /// before anything was sent): `lease`, `token`, `paused`, `result`,
-    /// `cron:*` or `cron-history:*` under a group, or the balance's
+    /// `heir`, `cron:*` or `cron-history:*` under a group, or the balance's
     /// membership (`{prefix}:balance`, `{prefix}:members`); see
     /// [`Fence::key`](crate::Fence::key).
     #[error(
         "fenced write for group `{group}`: key {key:?} is one the runtime keeps for itself \
-         (lease, token, paused, result, cron:*, cron-history:*, the prefix's balance membership): pick another name"
+         (lease, token, paused, result, heir, cron:*, cron-history:*, the prefix's balance membership): pick another name"
     )]
     ReservedKey {
         /// The group of the lease.

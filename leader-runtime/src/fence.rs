@@ -287,7 +287,7 @@ impl Fence {
     /// Any key whose first `{…}` is `{<group>}` is in that slot.
     ///
     /// The runtime keeps some names for itself: `lease`, `token`, `paused`,
-    /// `result`, and any starting with `cron:` or `cron-history:`. A fenced
+    /// `result`, `heir`, and any starting with `cron:` or `cron-history:`. A fenced
     /// write to such a key (of any group) is refused with
     /// [`Error::ReservedKey`] before anything is sent: writing the pause key
     /// would pause the group fleet-wide, writing the record would corrupt

@@ -141,8 +141,8 @@ async fn followers_of_many_groups_cost_a_few_calls_per_expiry_and_still_fail_ove
 
 /// The keys of the `EVALSHA` calls with more than one group (more than
 /// three keys) that `server`'s slow log holds, from instance `id` (the
-/// calls end with the id and the ttl: acquire_many's, or a leader's
-/// renew_many).
+/// keys are followed by the id and the ttl: acquire_many's, or a leader's
+/// renew_many; acquire_many's may carry the heir rule's two more).
 async fn batched_calls(server: &RedisServer, id: &str) -> Vec<Vec<String>> {
     let log = server.cmd(&["SLOWLOG", "GET", "100000"]).await.unwrap();
     let Reply::Array(entries) = log else {
@@ -165,7 +165,7 @@ async fn batched_calls(server: &RedisServer, id: &str) -> Vec<Vec<String>> {
             let n: usize = keys.parse().ok()?;
             let batched = cmd.eq_ignore_ascii_case("evalsha")
                 && n > 3
-                && rest.get(n..) == Some(&[id, ttl.as_str()][..]);
+                && rest.get(n..n + 2) == Some(&[id, ttl.as_str()][..]);
             batched.then(|| rest[..n].iter().map(|k| k.to_string()).collect())
         })
         .collect()

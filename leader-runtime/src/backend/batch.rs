@@ -192,7 +192,9 @@ impl RenewBatcher {
     /// side of a grid step by how late a reply came (a call more); and they
     /// come about when the leader renews: one that arrives after the
     /// renewal learns the expiry it set, and asks again a `ttl` later, not
-    /// `ttl - every`.
+    /// `ttl - every`. With the heir rule's lead (half of `every`) they come
+    /// halfway between two renewals instead, and ask once per
+    /// `ttl - every` (see [`AttemptBatcher::follow_at`]).
     pub(crate) fn align(&self, due: Instant, every: Duration) -> Instant {
         let every_ns = every.as_nanos();
         // Nothing to divide by, or an interval of centuries (the products
@@ -490,6 +492,16 @@ impl AttemptBatcher {
             let ms = crate::jitter::random_u32() % (spread_ms + 1);
             return expiry + Duration::from_millis(u64::from(ms));
         }
+        // Far or close is decided on the point moved back by the lead, not
+        // on the grid point itself: a non-heir is answered the expiry plus
+        // `HEIR_GRACE` (less than `EARLY_STEP`), whose coarse grid point
+        // often lies between the expiry and the end of the grace, where it
+        // would ask before the heir. Moved back by the lead (more than the
+        // grace) it lands before the expiry, or else on the fine grid after
+        // the answered point. The cost: a retry closer than the lead plus a
+        // step (2 s after a failed call, with the default 2.5 s lead) goes
+        // on the fine grid, where the groups failed by one call still fall
+        // due together.
         let early = self.grid.floor(expiry, EARLY_STEP);
         let early = early.checked_sub(self.lead).unwrap_or(early);
         let on_grid = if early >= Instant::now() + EARLY_STEP {
@@ -641,7 +653,8 @@ mod tests {
 
     /// With the heir rule's lead, an early attempt comes that much before
     /// its grid point (so a crashed leader is found out before the
-    /// expiry); an attempt at an expiry close ahead is not moved.
+    /// expiry); one closer than the lead and a step is not moved before
+    /// itself.
     #[tokio::test(start_paused = true)]
     async fn an_early_attempt_comes_the_lead_before_its_grid_point() {
         let backend = Backend::Memory(crate::MemoryBackend::new());
@@ -658,12 +671,16 @@ mod tests {
             apart > lead - ATTEMPT_SPREAD && apart < lead + ATTEMPT_SPREAD,
             "{apart:?}"
         );
-        let near = Instant::now() + Duration::from_millis(1_000);
-        let at = led.follow_at(near);
+        // A non-heir's answered point (the expiry plus the grace) closer
+        // than the lead and a step: never before it (paused time, grid from
+        // now: its coarse grid point is 150 ms before it, after the
+        // expiry, where the heir alone may ask).
+        let answered = Instant::now() + Duration::from_millis(2_150);
+        let at = led.follow_at(answered);
         assert!(
-            at >= near && at <= near + ATTEMPT_STEP + ATTEMPT_SPREAD,
+            at >= answered && at <= answered + ATTEMPT_STEP + ATTEMPT_SPREAD,
             "{:?}",
-            at - near
+            at - answered
         );
     }
 

@@ -52,6 +52,8 @@
 
 use std::time::Duration;
 
+use super::batch::{ATTEMPT_SPREAD, EARLY_STEP};
+
 /// How much later than the heir the other followers of a group ask: more
 /// than the heir's attempt takes to arrive and be served at a large expiry
 /// (20 ms of attempt grid and gathering, 45–70 ms of Redis for 5,000
@@ -80,14 +82,20 @@ pub(crate) struct Heir {
 impl Heir {
     /// The rule for these timings, or `None` where it cannot tell a crashed
     /// holder apart in time: a renew interval under a second, or a ttl
-    /// without room for the lead below `suspect_below`.
+    /// without room below `suspect_below` for what a crashed holder's lease
+    /// has left at a follower's early attempt (the lead, a coarse grid step
+    /// and the spread).
     pub(crate) fn for_timings(ttl: Duration, renew_interval: Duration) -> Option<Self> {
         if renew_interval < MIN_RENEW_INTERVAL {
             return None;
         }
         let lead = renew_interval / 2;
         let suspect_below = ttl.checked_sub(renew_interval + renew_interval / 4)?;
-        (suspect_below > lead).then_some(Self {
+        // At its early attempt a crashed holder's lease has up to this much
+        // left (the expiry moved back onto the coarse grid, then by the
+        // lead, then by the instance's spread): it must be below the line.
+        let crashed_left = lead + EARLY_STEP + ATTEMPT_SPREAD;
+        (suspect_below > crashed_left).then_some(Self {
             lead,
             suspect_below,
         })
@@ -116,6 +124,9 @@ mod tests {
         assert_eq!(Heir::for_timings(ms(3_000), ms(900)), None);
         // ttl − 1.25 × renew = 1.25 s, not above the 2.5 s lead.
         assert_eq!(Heir::for_timings(s(7) + ms(500), s(5)), None);
+        // 1.9 s − 1.25 s = 650 ms: above the 500 ms lead, but a crashed
+        // lease can have up to 755 ms left at the early attempt.
+        assert_eq!(Heir::for_timings(ms(1_900), s(1)), None);
         assert!(Heir::for_timings(s(10), s(3)).is_some());
     }
 }

@@ -223,6 +223,9 @@ end
 -- and a second after the lease's expiry. The heir is answered pttl, the
 -- others pttl + grace, so that at the expiry only the heir asks. A refused
 -- GET or SET there (an ACL rule written before heirs) leaves the rule out.
+-- The heir key is not declared in KEYS (one key more per group would make
+-- every batched call longer for a key written at a crash only): Redis
+-- serves it, being in the declared lease's slot (DEPLOYING.md).
 local function after_heir(lease, id, pttl, suspect_below, grace)
   if not suspect_below or pttl < 0 or pttl >= suspect_below then return pttl end
   if string.sub(lease, -6) ~= ':lease' then return pttl end
