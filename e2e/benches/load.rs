@@ -39,6 +39,11 @@
 //! `--balance`, `--crashes N` kills N instances one after the other (the
 //! leader of `g0` each time, once the shares settled again at one member
 //! fewer), and sums up the N waves: more samples from one fleet's settling.
+//! With `LOAD_WAVE_DUMP=<file>` in the environment, it also writes one line
+//! per group re-elected after the (last) crash: the group's index, its
+//! lease's expiry, Redis's grant time (the token), the view's start (all ns
+//! of `CLOCK_MONOTONIC`) and the winner's instance index — a wave's
+//! timeline, for analysis.
 //!
 //! `rebalance`: two balanced instance processes; `i0` leads every group
 //! alone, `i1` joins (the time until it leads its share), then `i1` stops
@@ -833,6 +838,8 @@ async fn crash_failover(
     let mut acquired: BTreeMap<usize, u64> = BTreeMap::new();
     // When each winner's `on_elected` callback ran (its line's own time).
     let mut callback_at: BTreeMap<usize, u64> = BTreeMap::new();
+    // Which instance each group went to (for LOAD_WAVE_DUMP).
+    let mut winner: BTreeMap<usize, usize> = BTreeMap::new();
     while latencies.len() < led.len() && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
         for (i, (child, &from)) in children.iter().zip(&marks).enumerate() {
@@ -853,6 +860,7 @@ async fn crash_failover(
                         let at = clock.monotonic_of_unix_us(token);
                         keep_earliest(&mut latencies, g, ns);
                         keep_earliest(&mut acquired, g, at);
+                        winner.entry(g).or_insert(i);
                     }
                 }
             }
@@ -889,6 +897,19 @@ async fn crash_failover(
         holders.iter().filter(|h| h.is_none()).count(),
         share_text(&holders)
     );
+    // Each group's expiry, acquisition (Redis's clock), view and winner, in
+    // ns of CLOCK_MONOTONIC, to a file: the wave's timeline, for analysis.
+    if let Ok(path) = std::env::var("LOAD_WAVE_DUMP") {
+        let rows: Vec<String> = latencies
+            .iter()
+            .map(|(g, ns)| {
+                let acq = acquired.get(g).copied().unwrap_or_default();
+                let by = winner.get(g).copied().unwrap_or(usize::MAX);
+                format!("{g} {} {acq} {ns} {by}", expiry[g])
+            })
+            .collect();
+        std::fs::write(&path, rows.join("\n")).expect("LOAD_WAVE_DUMP");
+    }
     let ms = |ns: u64, from: u64| (ns as f64 - from as f64) / 1e6;
     let mut from_kill: Vec<f64> = latencies.values().map(|&ns| ms(ns, killed)).collect();
     let mut from_expiry: Vec<f64> = latencies.iter().map(|(g, &ns)| ms(ns, expiry[g])).collect();

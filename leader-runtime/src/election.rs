@@ -121,7 +121,9 @@ impl Election {
             if let Some(b) = &balance {
                 b.won();
             }
+            let holding = self.ctx.backend.holding();
             let flow = self.lead(won).await;
+            drop(holding);
             if let Some(b) = &balance {
                 b.ended(std::mem::take(&mut self.shed));
             }
@@ -444,10 +446,10 @@ impl Election {
         let quick_retry =
             (renew_every / 10).clamp(Duration::from_millis(5), Duration::from_millis(200));
         let mut valid_until = won.sent + ttl - margin;
-        let mut next_renew = self
-            .ctx
-            .backend
-            .renew_at(won.sent + renew_every, renew_every);
+        let mut next_renew =
+            self.ctx
+                .backend
+                .renew_at(won.sent + renew_every, renew_every, &self.group.name);
         // Safe start: an earlier holder may still believe it leads.
         let mut ready_at = won.ready_at;
         let mut tenure = None;
@@ -566,7 +568,11 @@ impl Election {
                 Ok(Renew::Renewed) => {
                     self.recovered();
                     valid_until = sent + ttl - margin;
-                    next_renew = self.ctx.backend.renew_at(sent + renew_every, renew_every);
+                    next_renew = self.ctx.backend.renew_at(
+                        sent + renew_every,
+                        renew_every,
+                        &self.group.name,
+                    );
                     self.group.counters.renewed();
                     tracing::trace!(elapsed = ?started.elapsed(), "renewed");
                     if let Some(t) = &tenure {

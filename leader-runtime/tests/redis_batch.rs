@@ -118,3 +118,54 @@ async fn a_broken_key_fails_only_its_own_group_in_a_batch() {
     }
     rt.shutdown().await;
 }
+
+/// A runtime that leads more than 400 groups renews them at one phase per
+/// 400 (at most one per two 250 ms steps), by a hash of their names (a
+/// crash then frees them in waves): 500 groups with a renew interval of 1 s
+/// renew at two instants of each second, 500 ms apart, so their leases'
+/// remaining times fall in two clusters. Fails with one phase per runtime.
+#[tokio::test]
+async fn a_leader_of_many_groups_renews_them_at_a_few_phases() {
+    let server = RedisServer::start().await.unwrap();
+    let (ttl, renew) = (Duration::from_secs(3), Duration::from_secs(1));
+    let config = Config::builder().redis_url(server.url()).instance_id("a");
+    let rt = runtime(config.ttl(ttl).renew_interval(renew));
+    let names: Vec<String> = (0..500).map(|i| format!("p{i}")).collect();
+    for g in &names {
+        rt.is_leader(g);
+    }
+    let all = timeout(ttl * 4, async {
+        while !names.iter().all(|g| rt.is_leader(g)) {
+            sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(all.is_ok(), "not every group led\n{}", server.report());
+    // Two renewals to settle on the phases.
+    sleep(renew * 2).await;
+    let mut conn = redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let mut pipe = redis::pipe();
+    for g in &names {
+        pipe.pttl(format!("leader:{{{g}}}:lease"));
+    }
+    let left: Vec<i64> = pipe.query_async(&mut conn).await.unwrap();
+    // Each lease's place in the renew interval (a renewal during the read
+    // moves its remaining time by one interval: the same place), and the
+    // clusters of places: gaps of 100 ms or more on that circle.
+    let mut at: Vec<i64> = left.iter().map(|ms| ms.rem_euclid(1_000)).collect();
+    at.sort_unstable();
+    let gaps = at.windows(2).filter(|w| w[1] - w[0] >= 100).count()
+        + usize::from(at[0] + 1_000 - at[at.len() - 1] >= 100);
+    at.dedup();
+    assert_eq!(
+        gaps,
+        2,
+        "places in the interval (ms): {at:?}\n{}",
+        server.report()
+    );
+    rt.shutdown().await;
+}

@@ -27,6 +27,7 @@
 use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
 use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -126,8 +127,44 @@ pub(crate) struct RenewBatcher {
     grid: Grid,
     /// This runtime's renew phase, as a fraction of the renew interval
     /// (`phase / 2^64`), drawn once: every lease it holds is renewed at
-    /// that phase.
+    /// that phase, or at one of [`phases`] spread from it.
     phase: u64,
+    /// How many leases this runtime holds (a [`Holding`] each): how many
+    /// phases they spread over.
+    leading: Arc<AtomicUsize>,
+    /// Which of the phases a group takes: its name's hash, per runtime.
+    group_hash: RandomState,
+}
+
+/// One lease counted in [`RenewBatcher`]'s `leading` while it lives
+/// ([`RenewBatcher::holding`]): dropped with the leadership, or with its
+/// election's task.
+pub(crate) struct Holding(Arc<AtomicUsize>);
+
+impl Drop for Holding {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// How many leases share one renew phase, at most about: a leader of more
+/// renews them at [`phases`] phases spread over the renew interval, so that
+/// when it crashes its leases expire in waves of about this many, not all
+/// at one instant (20 × 5,000 with one leader: p99 after the expiry 64–86
+/// ms against 96–315 ms, BENCHMARKS.md). Four fifths of a call
+/// ([`MAX_GROUPS`]), room for the hash's unevenness: a phase's renewals,
+/// and each follower's attempts at them, mostly fit in one call.
+const PHASE_LEASES: usize = MAX_GROUPS * 4 / 5;
+
+/// How many renew phases `leading` leases spread over, in a renew interval
+/// of `steps` early steps: one per [`PHASE_LEASES`] (one up to there), at
+/// most one per two steps. Waves of a crash then come 500 ms apart or more:
+/// after the followers that are not a wave's heirs asked (`HEIR_GRACE`
+/// after it, 200 ms), not in the middle of it (waves 250 ms apart measured
+/// 53–92 ms median after the expiry against 35–62 ms, BENCHMARKS.md).
+fn phases(leading: usize, steps: u128) -> u128 {
+    let wanted = leading.div_ceil(PHASE_LEASES).max(1) as u128;
+    wanted.min((steps / 2).max(1))
 }
 
 struct Scripts {
@@ -166,7 +203,15 @@ impl RenewBatcher {
             requests,
             grid: Grid::wall_clock(),
             phase,
+            leading: Arc::new(AtomicUsize::new(0)),
+            group_hash: RandomState::new(),
         }
+    }
+
+    /// Count a lease this runtime holds until the guard is dropped.
+    pub(crate) fn holding(&self) -> Holding {
+        self.leading.fetch_add(1, Ordering::Relaxed);
+        Holding(self.leading.clone())
     }
 
     /// When to renew a lease due for renewal at `due` (renewing every
@@ -195,7 +240,13 @@ impl RenewBatcher {
     /// `ttl - every`. With the heir rule's lead (half of `every`) they come
     /// halfway between two renewals instead, and ask once per
     /// `ttl - every` (see [`AttemptBatcher::follow_at`]).
-    pub(crate) fn align(&self, due: Instant, every: Duration) -> Instant {
+    ///
+    /// A runtime that leads more than [`PHASE_LEASES`] groups spreads them
+    /// over [`phases`] phases, evenly apart over `every` from its own (on
+    /// the grid of `EARLY_STEP` when the phase is), each group on one by
+    /// its name's hash: the same number of calls (each phase's batch is
+    /// smaller), and a crash frees its leases in waves.
+    pub(crate) fn align(&self, due: Instant, every: Duration, group: &str) -> Instant {
         let every_ns = every.as_nanos();
         // Nothing to divide by, or an interval of centuries (the products
         // below stay within u128): renew when due.
@@ -203,12 +254,20 @@ impl RenewBatcher {
             return due;
         }
         let step = EARLY_STEP.as_nanos();
+        // Which of the runtime's phases this group's: by its hash's range,
+        // so that a change of their number moves few groups.
+        let of = |n: u128| (u128::from(self.group_hash.hash_one(group)) * n) >> 64;
+        let leading = self.leading.load(Ordering::Relaxed);
         // At least 4 steps: with fewer, few phases to draw from (one at
         // 250 ms), and most runtimes would share one.
         let phase = if every_ns >= 4 * step && every_ns.is_multiple_of(step) {
-            ((u128::from(self.phase) * (every_ns / step)) >> 64) * step
+            let steps = every_ns / step;
+            let n = phases(leading, steps);
+            let first = (u128::from(self.phase) * steps) >> 64;
+            (first + of(n) * steps / n) % steps * step
         } else {
-            (u128::from(self.phase) * every_ns) >> 64
+            let n = phases(leading, every_ns / step);
+            (((u128::from(self.phase) * every_ns) >> 64) + of(n) * every_ns / n) % every_ns
         };
         // How far `due` is past the last phase instant: less than `every`.
         let past = (self.grid.past(due, every_ns) + every_ns - phase) % every_ns;
@@ -741,10 +800,56 @@ mod tests {
     fn batcher_at(quarters: u64) -> RenewBatcher {
         let (tx, _rx) = mpsc::unbounded_channel();
         RenewBatcher {
-            requests: tx,
             grid: Grid::from_now(),
             phase: quarters << 62,
+            ..RenewBatcher::sending_on(tx)
         }
+    }
+
+    /// A leader of thousands of groups renews them at one phase per
+    /// `PHASE_LEASES` (at most one per two early steps), evenly apart from
+    /// its own; with fewer, at its own.
+    #[tokio::test(start_paused = true)]
+    async fn a_leader_of_thousands_spreads_its_renewals_over_phases() {
+        let batcher = batcher_at(1);
+        let every = Duration::from_secs(5);
+        let epoch = batcher.grid.at;
+        let due = epoch + Duration::from_secs(60);
+        let names: Vec<String> = (0..5_000).map(|i| format!("g{i}")).collect();
+        // Each phase instant (ms past the interval) and how many groups on it.
+        let at_phases = |b: &RenewBatcher| {
+            let mut count: std::collections::BTreeMap<u128, usize> = Default::default();
+            for g in &names {
+                let at = b.align(due, every, g);
+                assert!(at <= due && due - at < every);
+                *count.entry((at - epoch).as_millis() % 5_000).or_default() += 1;
+            }
+            count
+        };
+        let few: Vec<_> = (0..PHASE_LEASES).map(|_| batcher.holding()).collect();
+        assert_eq!(at_phases(&batcher).keys().collect::<Vec<_>>(), [&1_250]);
+        let many: Vec<_> = (0..4_000).map(|_| batcher.holding()).collect();
+        // 4,400 leases: 10 phases (at most one per two 250 ms steps), 500 ms
+        // apart from the runtime's own (1.25 s), about 500 groups each.
+        let spread = at_phases(&batcher);
+        let mut expected: Vec<u128> = (0..10).map(|i| (1_250 + 500 * i) % 5_000).collect();
+        expected.sort_unstable();
+        assert_eq!(
+            spread.keys().copied().collect::<Vec<_>>(),
+            expected,
+            "{spread:?}"
+        );
+        for n in spread.values() {
+            assert!((400..600).contains(n), "{spread:?}");
+        }
+        // The count follows the guards: back to one phase.
+        drop(many);
+        assert_eq!(at_phases(&batcher).len(), 1);
+        drop(few);
+        assert_eq!(phases(0, 20), 1);
+        assert_eq!(phases(5_000, 20), 10);
+        assert_eq!(phases(5_000, 7), 3);
+        assert_eq!(phases(5_000, 1), 1);
     }
 
     #[tokio::test(start_paused = true)]
@@ -755,32 +860,32 @@ mod tests {
         // This runtime's phase instants: 1.25 s, 6.25 s, 11.25 s, ...
         let on_phase = |at: Instant| (at - epoch).as_millis() % 5_000 == 1_250;
         // Leaders elected at different instants renew at the same phase instant.
-        let a = batcher.align(epoch + Duration::from_millis(6_260), every);
-        let b = batcher.align(epoch + Duration::from_millis(11_240), every);
+        let a = batcher.align(epoch + Duration::from_millis(6_260), every, "g");
+        let b = batcher.align(epoch + Duration::from_millis(11_240), every, "g");
         assert_eq!(a, epoch + Duration::from_millis(6_250));
         assert_eq!(a, b);
         // Early by less than one interval, never late.
         for due_ms in [5_000, 5_001, 6_249, 6_250, 6_251, 7_777, 11_249] {
             let due = epoch + Duration::from_millis(due_ms);
-            let at = batcher.align(due, every);
+            let at = batcher.align(due, every, "g");
             assert!(at <= due && due - at < every, "{due_ms}");
             assert!(on_phase(at), "{due_ms}: {:?}", at - epoch);
         }
         // A renewal sent a little after a phase instant keeps the next one on it.
-        let next = batcher.align(a + Duration::from_millis(3) + every, every);
+        let next = batcher.align(a + Duration::from_millis(3) + every, every, "g");
         assert_eq!(next, a + every);
         // Short intervals: the phase scales with the interval.
         let short = Duration::from_millis(300);
-        let at = batcher.align(epoch + Duration::from_millis(310), short);
+        let at = batcher.align(epoch + Duration::from_millis(310), short, "g");
         assert_eq!(at, epoch + Duration::from_millis(75));
-        let at = batcher.align(epoch + Duration::from_millis(374), short);
+        let at = batcher.align(epoch + Duration::from_millis(374), short, "g");
         assert_eq!(at, epoch + Duration::from_millis(75));
         // Any phase of an interval of whole early steps is a whole step.
         let drawn = RenewBatcher {
             phase: 0x9e37_79b9_7f4a_7c15,
             ..batcher.clone()
         };
-        let at = drawn.align(epoch + Duration::from_secs(60), every);
+        let at = drawn.align(epoch + Duration::from_secs(60), every, "g");
         assert_eq!(
             (at - epoch).as_nanos() % EARLY_STEP.as_nanos(),
             0,
@@ -789,8 +894,8 @@ mod tests {
         );
         // Degenerate intervals: never later than due, nothing to divide by zero.
         let due = epoch + Duration::from_millis(1);
-        assert_eq!(batcher.align(due, Duration::ZERO), due);
-        let at = batcher.align(due, Duration::from_nanos(3));
+        assert_eq!(batcher.align(due, Duration::ZERO, "g"), due);
+        let at = batcher.align(due, Duration::from_nanos(3), "g");
         assert!(at <= due && due - at < Duration::from_nanos(3));
     }
 
@@ -805,7 +910,7 @@ mod tests {
         until: Instant,
     ) -> Vec<Instant> {
         tokio::time::sleep_until(won + rtt).await;
-        let mut next = batcher.align(won + every, every);
+        let mut next = batcher.align(won + every, every, "g");
         let mut sent = vec![];
         loop {
             tokio::time::sleep_until(next).await;
@@ -815,7 +920,7 @@ mod tests {
             }
             sent.push(now);
             tokio::time::sleep(rtt).await;
-            next = batcher.align(now + every, every);
+            next = batcher.align(now + every, every, "g");
         }
     }
 
@@ -938,7 +1043,7 @@ mod tests {
         let aligned: Vec<Instant> = (0..3)
             .map(|_| {
                 let (tx, _rx) = mpsc::unbounded_channel();
-                RenewBatcher::sending_on(tx).align(due, every)
+                RenewBatcher::sending_on(tx).align(due, every, "g")
             })
             .collect();
         for (i, a) in aligned.iter().enumerate() {

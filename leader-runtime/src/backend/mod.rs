@@ -261,14 +261,24 @@ impl Backend {
         }
     }
 
-    /// When a leader renews a lease due for renewal at `due` (renewing every
-    /// `every`): Redis moves it back onto this runtime's renew phase, which
-    /// all its groups share so that their renewals batch (see
+    /// When a leader renews `group`'s lease due for renewal at `due`
+    /// (renewing every `every`): Redis moves it back onto this runtime's
+    /// renew phase, which all its groups share so that their renewals batch
+    /// (one of a few phases for a leader of thousands; see
     /// `batch::RenewBatcher::align`); in memory, `due` itself.
-    pub(crate) fn renew_at(&self, due: Instant, every: Duration) -> Instant {
+    pub(crate) fn renew_at(&self, due: Instant, every: Duration, group: &str) -> Instant {
         match self {
-            Backend::Redis(b) => b.renew_at(due, every),
+            Backend::Redis(b) => b.renew_at(due, every, group),
             Backend::Memory(_) => due,
+        }
+    }
+
+    /// Count a lease this runtime holds while the guard lives: how many
+    /// renew phases its leases spread over on Redis.
+    pub(crate) fn holding(&self) -> Option<batch::Holding> {
+        match self {
+            Backend::Redis(b) => b.holding(),
+            Backend::Memory(_) => None,
         }
     }
 

@@ -793,11 +793,17 @@ impl RedisBackend {
 
     /// When to renew a lease due at `due`: on the renew phase this runtime's
     /// batches share.
-    pub(super) fn renew_at(&self, due: Instant, every: Duration) -> Instant {
+    pub(super) fn renew_at(&self, due: Instant, every: Duration, group: &str) -> Instant {
         match &self.renewals {
-            Some(renewals) => renewals.align(due, every),
+            Some(renewals) => renewals.align(due, every, group),
             None => due,
         }
+    }
+
+    /// Count a lease this runtime holds while the guard lives (its renew
+    /// phases, [`RenewBatcher::holding`](super::batch::RenewBatcher::holding)).
+    pub(super) fn holding(&self) -> Option<super::batch::Holding> {
+        self.renewals.as_ref().map(|r| r.holding())
     }
 
     pub(super) async fn release(&self, op: &Op<'_>, channel: &str, token: u64) -> Result<bool> {
