@@ -6,7 +6,9 @@
 //! renewal every lease the runtime holds is renewed at the same instants,
 //! and expires at the same instants, however the groups were won (at a
 //! first election, one by one from a crashed leader, by hand-overs for the
-//! balance). Renewals that arrive together are sent as one `renew_many.lua`
+//! balance). A runtime leading more than 400 groups uses one phase per 400
+//! instead, at least 500 ms apart (`phases.rs`), so that its crash frees
+//! its leases in waves. Renewals that arrive together are sent as one `renew_many.lua`
 //! call per chunk of keys (per hash slot on a cluster), the chunks at once
 //! on the one multiplexed connection: 10,000 leaders cost about twenty
 //! commands per tick, not 10,000 round trips. Each runtime draws its own
@@ -21,13 +23,13 @@
 //! lease's expiry moved onto a grid ([`AttemptBatcher::follow_at`]), so the
 //! attempts of the groups whose leases expire together (renewed together)
 //! are due together, and go as one `acquire_many.lua` call per chunk. A
-//! follower's load then grows with its hash slots and the number of leaders
-//! (one renew phase each), not with its groups.
+//! follower's load then grows with its hash slots and the number of renew
+//! phases of the leaders it follows (one per leader, and one per 400 groups
+//! of a leader of more), not with its groups.
 
 use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
 use std::hash::BuildHasher;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -36,13 +38,14 @@ use redis::{Script, Value};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
+use super::phases::{Holding, Leading};
 use super::{Acquire, Backend, Renew};
 use crate::names::GroupKeys;
 use crate::{Error, Result};
 
 /// At most this many groups per script call (three keys each), which bounds how long one call
 /// keeps the server busy (well under a millisecond).
-const MAX_GROUPS: usize = 500;
+pub(crate) const MAX_GROUPS: usize = 500;
 
 /// Follower attempts are due on a grid this fine: the attempts of leases
 /// that expire within one step go together.
@@ -129,42 +132,11 @@ pub(crate) struct RenewBatcher {
     /// (`phase / 2^64`), drawn once: every lease it holds is renewed at
     /// that phase, or at one of [`phases`] spread from it.
     phase: u64,
-    /// How many leases this runtime holds (a [`Holding`] each): how many
-    /// phases they spread over.
-    leading: Arc<AtomicUsize>,
+    /// How many leases this runtime holds: how many phases they spread
+    /// over (`phases.rs`).
+    leading: Leading,
     /// Which of the phases a group takes: its name's hash, per runtime.
     group_hash: RandomState,
-}
-
-/// One lease counted in [`RenewBatcher`]'s `leading` while it lives
-/// ([`RenewBatcher::holding`]): dropped with the leadership, or with its
-/// election's task.
-pub(crate) struct Holding(Arc<AtomicUsize>);
-
-impl Drop for Holding {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
-/// How many leases share one renew phase, at most about: a leader of more
-/// renews them at [`phases`] phases spread over the renew interval, so that
-/// when it crashes its leases expire in waves of about this many, not all
-/// at one instant (20 × 5,000 with one leader: p99 after the expiry 64–86
-/// ms against 96–315 ms, BENCHMARKS.md). Four fifths of a call
-/// ([`MAX_GROUPS`]), room for the hash's unevenness: a phase's renewals,
-/// and each follower's attempts at them, mostly fit in one call.
-const PHASE_LEASES: usize = MAX_GROUPS * 4 / 5;
-
-/// How many renew phases `leading` leases spread over, in a renew interval
-/// of `steps` early steps: one per [`PHASE_LEASES`] (one up to there), at
-/// most one per two steps. Waves of a crash then come 500 ms apart or more:
-/// after the followers that are not a wave's heirs asked (`HEIR_GRACE`
-/// after it, 200 ms), not in the middle of it (waves 250 ms apart measured
-/// 53–92 ms median after the expiry against 35–62 ms, BENCHMARKS.md).
-fn phases(leading: usize, steps: u128) -> u128 {
-    let wanted = leading.div_ceil(PHASE_LEASES).max(1) as u128;
-    wanted.min((steps / 2).max(1))
 }
 
 struct Scripts {
@@ -203,15 +175,20 @@ impl RenewBatcher {
             requests,
             grid: Grid::wall_clock(),
             phase,
-            leading: Arc::new(AtomicUsize::new(0)),
+            leading: Leading::default(),
             group_hash: RandomState::new(),
         }
     }
 
     /// Count a lease this runtime holds until the guard is dropped.
     pub(crate) fn holding(&self) -> Holding {
-        self.leading.fetch_add(1, Ordering::Relaxed);
-        Holding(self.leading.clone())
+        self.leading.holding()
+    }
+
+    /// How many leases are counted now.
+    #[cfg(test)]
+    pub(crate) fn leading_count(&self) -> usize {
+        self.leading.count()
     }
 
     /// When to renew a lease due for renewal at `due` (renewing every
@@ -241,11 +218,13 @@ impl RenewBatcher {
     /// halfway between two renewals instead, and ask once per
     /// `ttl - every` (see [`AttemptBatcher::follow_at`]).
     ///
-    /// A runtime that leads more than [`PHASE_LEASES`] groups spreads them
-    /// over [`phases`] phases, evenly apart over `every` from its own (on
-    /// the grid of `EARLY_STEP` when the phase is), each group on one by
-    /// its name's hash: the same number of calls (each phase's batch is
-    /// smaller), and a crash frees its leases in waves.
+    /// A runtime that leads more than `PHASE_LEASES` (400) groups spreads
+    /// them over one phase per 400, on slots two early steps apart from its
+    /// own (on the grid of `EARLY_STEP` when the phase is), at most one per
+    /// slot, each group on one by its name's hash (`phases.rs`): a crash
+    /// frees its leases in waves, at the cost of a few more calls (a phase
+    /// of 400–500 groups sometimes takes two; 33.9 against 21.7 script
+    /// calls/s at 20 × 5,000 with one leader, BENCHMARKS.md).
     pub(crate) fn align(&self, due: Instant, every: Duration, group: &str) -> Instant {
         let every_ns = every.as_nanos();
         // Nothing to divide by, or an interval of centuries (the products
@@ -254,21 +233,20 @@ impl RenewBatcher {
             return due;
         }
         let step = EARLY_STEP.as_nanos();
-        // Which of the runtime's phases this group's: by its hash's range,
-        // so that a change of their number moves few groups.
-        let of = |n: u128| (u128::from(self.group_hash.hash_one(group)) * n) >> 64;
-        let leading = self.leading.load(Ordering::Relaxed);
+        // Which of the runtime's phases this group's (`phases.rs`): a
+        // multiple of two steps after the runtime's own.
+        let offset = self
+            .leading
+            .offset(self.group_hash.hash_one(group), every_ns);
         // At least 4 steps: with fewer, few phases to draw from (one at
         // 250 ms), and most runtimes would share one.
-        let phase = if every_ns >= 4 * step && every_ns.is_multiple_of(step) {
+        let own = if every_ns >= 4 * step && every_ns.is_multiple_of(step) {
             let steps = every_ns / step;
-            let n = phases(leading, steps);
-            let first = (u128::from(self.phase) * steps) >> 64;
-            (first + of(n) * steps / n) % steps * step
+            ((u128::from(self.phase) * steps) >> 64) * step
         } else {
-            let n = phases(leading, every_ns / step);
-            (((u128::from(self.phase) * every_ns) >> 64) + of(n) * every_ns / n) % every_ns
+            (u128::from(self.phase) * every_ns) >> 64
         };
+        let phase = (own + offset % every_ns) % every_ns;
         // How far `due` is past the last phase instant: less than `every`.
         let past = (self.grid.past(due, every_ns) + every_ns - phase) % every_ns;
         u64::try_from(past)
@@ -826,7 +804,9 @@ mod tests {
             }
             count
         };
-        let few: Vec<_> = (0..PHASE_LEASES).map(|_| batcher.holding()).collect();
+        let few: Vec<_> = (0..super::super::phases::PHASE_LEASES)
+            .map(|_| batcher.holding())
+            .collect();
         assert_eq!(at_phases(&batcher).keys().collect::<Vec<_>>(), [&1_250]);
         let many: Vec<_> = (0..4_000).map(|_| batcher.holding()).collect();
         // 4,400 leases: 10 phases (at most one per two 250 ms steps), 500 ms
@@ -846,10 +826,45 @@ mod tests {
         drop(many);
         assert_eq!(at_phases(&batcher).len(), 1);
         drop(few);
-        assert_eq!(phases(0, 20), 1);
-        assert_eq!(phases(5_000, 20), 10);
-        assert_eq!(phases(5_000, 7), 3);
-        assert_eq!(phases(5_000, 1), 1);
+    }
+
+    /// Whatever the interval and the count of leases, a renewal is never
+    /// later than due, and less than one interval early.
+    #[tokio::test(start_paused = true)]
+    async fn a_renewal_is_never_late_with_any_count_of_phases() {
+        let batcher = batcher_at(3);
+        let epoch = batcher.grid.at;
+        let ms = Duration::from_millis;
+        let intervals = [
+            Duration::from_nanos(1),
+            Duration::from_nanos(3),
+            ms(1),
+            ms(249),
+            ms(499),
+            ms(750),
+            ms(999),
+            ms(1_001),
+            ms(1_100),
+            ms(4_999),
+            ms(5_000),
+            ms(5_001),
+            Duration::from_secs(3_600),
+            Duration::from_secs(100 * 365 * 86_400),
+            Duration::from_nanos(u64::MAX),
+            Duration::MAX,
+        ];
+        let mut held = Vec::new();
+        for count in [0, 1, 399, 400, 401, 800, 801, 4_400, 100_000] {
+            held.resize_with(count, || batcher.holding());
+            for every in intervals {
+                for (i, due_ms) in [0u64, 1, 777, 6_250, 86_400_000].iter().enumerate() {
+                    let due = epoch + ms(*due_ms);
+                    let at = batcher.align(due, every, &format!("g{i}{count}"));
+                    assert!(at <= due, "{count} {every:?} {due_ms}");
+                    assert!(due - at < every, "{count} {every:?} {due_ms}");
+                }
+            }
+        }
     }
 
     #[tokio::test(start_paused = true)]

@@ -44,9 +44,11 @@
 //! without, and no faster failover; BENCHMARKS.md).
 //!
 //! The cost without balancing: a follower asks every leader once per
-//! `ttl − renew_interval` (the model's worst case before, too). At one
-//! leader of 5,000 groups and 19 followers that measured fewer calls, not
-//! more (21.7 against 24.6–25.5 a second).
+//! `ttl − renew_interval` for each of its renew phases (the model's worst
+//! case before, too). At one leader of 5,000 groups and 19 followers that
+//! measured fewer calls, not more (21.7 against 24.6–25.5 a second, one
+//! renew phase; with the phases of a leader of thousands, `phases.rs`,
+//! 33.9).
 //!
 //! [`AttemptBatcher::follow_at`]: super::batch::AttemptBatcher::follow_at
 
@@ -83,17 +85,19 @@ impl Heir {
     /// The rule for these timings, or `None` where it cannot tell a crashed
     /// holder apart in time: a renew interval under a second, or a ttl
     /// without room below `suspect_below` for what a crashed holder's lease
-    /// has left at a follower's early attempt (the lead, a coarse grid step
-    /// and the spread).
+    /// has left at a follower's early attempt (under the lead and a coarse
+    /// grid step; the spread counted too, to be safe).
     pub(crate) fn for_timings(ttl: Duration, renew_interval: Duration) -> Option<Self> {
         if renew_interval < MIN_RENEW_INTERVAL {
             return None;
         }
         let lead = renew_interval / 2;
         let suspect_below = ttl.checked_sub(renew_interval + renew_interval / 4)?;
-        // At its early attempt a crashed holder's lease has up to this much
-        // left (the expiry moved back onto the coarse grid, then by the
-        // lead, then by the instance's spread): it must be below the line.
+        // At its early attempt a crashed holder's lease has less than the
+        // lead and a coarse step left (the expiry moved back onto the
+        // coarse grid, then by the lead; the instance's spread only moves
+        // the attempt later, but counting it keeps a margin): it must be
+        // below the line.
         let crashed_left = lead + EARLY_STEP + ATTEMPT_SPREAD;
         (suspect_below > crashed_left).then_some(Self {
             lead,
@@ -125,7 +129,7 @@ mod tests {
         // ttl − 1.25 × renew = 1.25 s, not above the 2.5 s lead.
         assert_eq!(Heir::for_timings(s(7) + ms(500), s(5)), None);
         // 1.9 s − 1.25 s = 650 ms: above the 500 ms lead, but a crashed
-        // lease can have up to 755 ms left at the early attempt.
+        // lease can have up to 750 ms left at the early attempt.
         assert_eq!(Heir::for_timings(ms(1_900), s(1)), None);
         assert!(Heir::for_timings(s(10), s(3)).is_some());
     }

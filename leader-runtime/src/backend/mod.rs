@@ -13,6 +13,7 @@ pub(crate) mod fence;
 pub(crate) mod heir;
 mod memory;
 pub(crate) mod once;
+mod phases;
 pub(crate) mod redis;
 mod sentinel;
 
@@ -275,7 +276,7 @@ impl Backend {
 
     /// Count a lease this runtime holds while the guard lives: how many
     /// renew phases its leases spread over on Redis.
-    pub(crate) fn holding(&self) -> Option<batch::Holding> {
+    pub(crate) fn holding(&self) -> Option<phases::Holding> {
         match self {
             Backend::Redis(b) => b.holding(),
             Backend::Memory(_) => None,

@@ -35,6 +35,8 @@ mod confirm_tests;
 mod cron;
 #[cfg(test)]
 mod heir_tests;
+#[cfg(test)]
+mod holding_tests;
 mod once;
 
 /// Where and how to reach Redis, as the config builder collected it.
@@ -801,8 +803,8 @@ impl RedisBackend {
     }
 
     /// Count a lease this runtime holds while the guard lives (its renew
-    /// phases, [`RenewBatcher::holding`](super::batch::RenewBatcher::holding)).
-    pub(super) fn holding(&self) -> Option<super::batch::Holding> {
+    /// phases, `phases.rs`).
+    pub(super) fn holding(&self) -> Option<super::phases::Holding> {
         self.renewals.as_ref().map(|r| r.holding())
     }
 
