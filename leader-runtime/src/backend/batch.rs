@@ -7,8 +7,9 @@
 //! and expires at the same instants, however the groups were won (at a
 //! first election, one by one from a crashed leader, by hand-overs for the
 //! balance). A runtime leading more than 400 groups uses one phase per 400
-//! instead, at least 500 ms apart (`phases.rs`), so that its crash frees
-//! its leases in waves. Renewals that arrive together are sent as one `renew_many.lua`
+//! instead, on slots 500 ms apart (as many as fit in the interval; one
+//! phase under a second; `phases.rs`), so that its crash frees its leases
+//! in waves. Renewals that arrive together are sent as one `renew_many.lua`
 //! call per chunk of keys (per hash slot on a cluster), the chunks at once
 //! on the one multiplexed connection: 10,000 leaders cost about twenty
 //! commands per tick, not 10,000 round trips. Each runtime draws its own
@@ -192,8 +193,10 @@ impl RenewBatcher {
     }
 
     /// When to renew a lease due for renewal at `due` (renewing every
-    /// `every`): the last instant up to `due` on this runtime's phase of
-    /// `every` (of wall-clock time), less than `every` before `due`.
+    /// `every`): the last instant up to `due` on the group's phase of
+    /// `every` (of wall-clock time: the runtime's own phase, or for a
+    /// leader of many, a slot after it, see below), less than `every`
+    /// before `due`.
     /// Renewing early is always safe: a renewal extends the view from the
     /// instant it is sent; never later than `due`. A lease renewed on the
     /// phase stays on it: sent a little after a phase instant, its next
@@ -785,8 +788,8 @@ mod tests {
     }
 
     /// A leader of thousands of groups renews them at one phase per
-    /// `PHASE_LEASES` (at most one per two early steps), evenly apart from
-    /// its own; with fewer, at its own.
+    /// `PHASE_LEASES` (at most one per slot of two early steps: here all
+    /// ten, 500 ms apart from its own); with fewer, at its own.
     #[tokio::test(start_paused = true)]
     async fn a_leader_of_thousands_spreads_its_renewals_over_phases() {
         let batcher = batcher_at(1);

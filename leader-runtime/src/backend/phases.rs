@@ -17,8 +17,9 @@
 //! phases are in use: a jump consistent hash picks one of `n` buckets, so
 //! that when `n` grows by one only about `1/(n+1)` of the groups move (each
 //! move costs that group one early renewal), and bucket `b` always sits on
-//! the same slot, `b`'s place in a spread order of the slots, so that any
-//! first `n` of them are spread over the interval.
+//! the same slot, `b`'s place in a spread order of the slots (0, 1/2, 1/4,
+//! 3/4, ... of the interval): with few phases in use they lie far apart,
+//! and always at least a slot.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -58,10 +59,13 @@ impl Leading {
         let slot_ns = SLOT_STEPS * EARLY_STEP.as_nanos();
         let slots = (every_ns / slot_ns).max(1);
         let wanted = self.count().div_ceil(PHASE_LEASES).max(1);
-        // Both under 2^32: `slots` for intervals under 34 years (longer
+        // Both under 2^32: `slots` for intervals under 68 years (longer
         // ones get that many slots), `n` always.
         let slots = u32::try_from(slots).unwrap_or(u32::MAX);
         let n = u32::try_from(wanted).unwrap_or(u32::MAX).min(slots);
+        if n <= 1 {
+            return 0;
+        }
         u128::from(spread_slot(jump(hash, n), slots)) * slot_ns
     }
 }
@@ -85,7 +89,8 @@ fn jump(mut key: u64, n: u32) -> u32 {
         bucket = next;
         key = key.wrapping_mul(2_862_933_555_777_941_757).wrapping_add(1);
         let scale = f64::from(1u32 << 31) / ((key >> 33) as f64 + 1.0);
-        // Saturates on overflow; the loop ends once past `n`.
+        // `scale` ≥ 1, so `next` > `bucket`: at most `n` rounds (about
+        // ln n expected), and `next` < 2^63.
         next = ((bucket + 1) as f64 * scale) as u64;
     }
     bucket as u32
@@ -93,21 +98,31 @@ fn jump(mut key: u64, n: u32) -> u32 {
 
 /// The slot (of `slots`) that bucket `b` sits on: the `b`-th distinct
 /// slot in the van der Corput order (0, 1/2, 1/4, 3/4, 1/8, ... of the
-/// interval), so that the first `n` buckets are spread over the interval
-/// whatever `n`, and a bucket keeps its slot when `n` changes. `b` ≥
-/// `slots` wraps.
+/// interval), so that a bucket keeps its slot when the number of buckets
+/// changes, and the first few are spread apart. `b` ≥ `slots` wraps. No
+/// allocation, at most `2 b` steps: with `p` the largest power of two up
+/// to `slots`, the first `p` fractions (multiples of `1/p`) fall on `p`
+/// different slots, in order; each of the next `p` (odd multiples of
+/// `1/2p`) on a different one, new unless a multiple of `1/p` took it.
 fn spread_slot(b: u32, slots: u32) -> u32 {
-    let slots = slots.max(1);
-    let b = (b % slots) as usize;
-    let mut found: Vec<u32> = Vec::with_capacity(b + 1);
-    // Every slot comes up within the first 2^k fractions (2^k ≥ slots).
-    for i in 0..=u32::MAX {
-        let slot = ((u64::from(i.reverse_bits()) * u64::from(slots)) >> 32) as u32;
-        if !found.contains(&slot) {
-            if found.len() == b {
-                return slot;
+    let slots = u64::from(slots.max(1));
+    let b = u64::from(b) % slots;
+    let p = 1u64 << (63 - slots.leading_zeros());
+    let slot = |i: u64| (u64::from((i as u32).reverse_bits()) * slots) >> 32;
+    if b < p {
+        return slot(b) as u32;
+    }
+    // Whether slot `s` holds a multiple of 1/p: the first one at or past
+    // its start, j / p with j = ⌈s p / slots⌉, lies before its end.
+    let taken = |s: u64| (s * p).div_ceil(slots) * slots < (s + 1) * p;
+    let mut seen = p;
+    for i in p..2 * p {
+        let s = slot(i);
+        if !taken(s) {
+            if seen == b {
+                return s as u32;
             }
-            found.push(slot);
+            seen += 1;
         }
     }
     0
@@ -130,6 +145,27 @@ mod tests {
         }
         assert_eq!(spread_slot(12, 10), spread_slot(2, 10));
         assert_eq!(spread_slot(0, 0), 0);
+        // The same as the plain definition: the b-th distinct slot of the
+        // van der Corput fractions.
+        let plain = |b: u32, slots: u32| {
+            let mut found = Vec::new();
+            for i in 0..=u32::MAX {
+                let s = ((u64::from(i.reverse_bits()) * u64::from(slots)) >> 32) as u32;
+                if !found.contains(&s) {
+                    if found.len() == b as usize {
+                        return s;
+                    }
+                    found.push(s);
+                }
+            }
+            unreachable!()
+        };
+        for slots in (1..300).chain([1_000, 1_025, 7_200]) {
+            for b in 0..slots.min(300) {
+                assert_eq!(spread_slot(b, slots), plain(b, slots), "{b} of {slots}");
+            }
+        }
+        assert!(spread_slot(3, u32::MAX) < u32::MAX);
     }
 
     #[test]
