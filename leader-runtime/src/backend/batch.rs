@@ -131,7 +131,7 @@ pub(crate) struct RenewBatcher {
     grid: Grid,
     /// This runtime's renew phase, as a fraction of the renew interval
     /// (`phase / 2^64`), drawn once: every lease it holds is renewed at
-    /// that phase, or at one of [`phases`] spread from it.
+    /// that phase, or (a leader of many) at slots after it (`phases.rs`).
     phase: u64,
     /// How many leases this runtime holds: how many phases they spread
     /// over (`phases.rs`).
@@ -226,8 +226,8 @@ impl RenewBatcher {
     /// own (on the grid of `EARLY_STEP` when the phase is), at most one per
     /// slot, each group on one by its name's hash (`phases.rs`): a crash
     /// frees its leases in waves, at the cost of a few more calls (a phase
-    /// of 400–500 groups sometimes takes two; 33.9 against 21.7 script
-    /// calls/s at 20 × 5,000 with one leader, BENCHMARKS.md).
+    /// of 400–500 groups sometimes takes two; 27.8–30.0 against 21.7
+    /// script calls/s at 20 × 5,000 with one leader, BENCHMARKS.md).
     pub(crate) fn align(&self, due: Instant, every: Duration, group: &str) -> Instant {
         let every_ns = every.as_nanos();
         // Nothing to divide by, or an interval of centuries (the products

@@ -48,7 +48,7 @@
 //! case before, too). At one leader of 5,000 groups and 19 followers that
 //! measured fewer calls, not more (21.7 against 24.6–25.5 a second, one
 //! renew phase; with the phases of a leader of thousands, `phases.rs`,
-//! 33.9).
+//! 27.8–30.0).
 //!
 //! [`AttemptBatcher::follow_at`]: super::batch::AttemptBatcher::follow_at
 
