@@ -182,6 +182,23 @@ fn delayed(p: Duration, left_now: Duration) -> bool {
     p >= left_now + HEIR_GRACE && p <= Duration::from_secs(3) + HEIR_GRACE
 }
 
+/// `first` (instance id "first") asks for `group`, whose lease on
+/// `server` missed a renewal, then `second` ("second"): the first is named
+/// the heir and answered the true PTTL, the second the grace on top.
+async fn heir_then_other(server: &RedisServer, first: &Runtime, second: &Runtime, group: &str) {
+    let heir = answers(&first.ctx().backend, "first", &[group]).await;
+    let other = answers(&second.ctx().backend, "second", &[group]).await;
+    assert!(
+        pttls(&heir, "gone")[0] <= Duration::from_secs(3),
+        "{heir:?}"
+    );
+    let left = lease_left(server, group).await;
+    assert!(
+        delayed(pttls(&other, "gone")[0], left),
+        "{other:?}, {left:?}"
+    );
+}
+
 /// The heir named for `group` on `server`, if any.
 async fn heir_of(server: &RedisServer, group: &str) -> Option<String> {
     let key = format!("leader:{{{group}}}:heir");
@@ -230,17 +247,7 @@ async fn an_acl_user_without_the_heir_key_leaves_the_rule_out() {
     );
 
     let (first_w, second_w) = (on("wide", "first"), on("wide", "second"));
-    let heir = answers(&first_w.ctx().backend, "first", &["b"]).await;
-    let other = answers(&second_w.ctx().backend, "second", &["b"]).await;
-    assert!(
-        pttls(&heir, "gone")[0] <= Duration::from_secs(3),
-        "{heir:?}"
-    );
-    let left = lease_left(&server, "b").await;
-    assert!(
-        delayed(pttls(&other, "gone")[0], left),
-        "{other:?}, {left:?}"
-    );
+    heir_then_other(&server, &first_w, &second_w, "b").await;
     assert_eq!(heir_of(&server, "b").await.as_deref(), Some("first"));
     for rt in [first, second, first_w, second_w] {
         rt.shutdown().await;
@@ -318,17 +325,7 @@ async fn with_min_replicas_the_heir_is_named_and_replicated() {
         runtime_on(config, id, true)
     };
     let (first, second) = (on("first"), on("second"));
-    let heir = answers(&first.ctx().backend, "first", &["a"]).await;
-    let other = answers(&second.ctx().backend, "second", &["a"]).await;
-    assert!(
-        pttls(&heir, "gone")[0] <= Duration::from_secs(3),
-        "{heir:?}"
-    );
-    let left = lease_left(&primary, "a").await;
-    assert!(
-        delayed(pttls(&other, "gone")[0], left),
-        "{other:?}, {left:?}"
-    );
+    heir_then_other(&primary, &first, &second, "a").await;
     // The first call's WAIT covered its write: the name is on the replica.
     assert_eq!(heir_of(&replica, "a").await.as_deref(), Some("first"));
     first.shutdown().await;
