@@ -240,7 +240,7 @@ impl RenewBatcher {
         // multiple of two steps after the runtime's own.
         let offset = self
             .leading
-            .offset(self.group_hash.hash_one(group), every_ns);
+            .offset(|| self.group_hash.hash_one(group), every_ns);
         // At least 4 steps: with fewer, few phases to draw from (one at
         // 250 ms), and most runtimes would share one.
         let own = if every_ns >= 4 * step && every_ns.is_multiple_of(step) {

@@ -52,10 +52,11 @@ impl Leading {
     }
 
     /// Where in a renew interval of `every_ns` the phase of the group whose
-    /// name hashes to `hash` lies, in ns after the runtime's own phase
+    /// name hashes to `hash()` lies, in ns after the runtime's own phase
     /// (always a multiple of two early steps; 0 for a runtime of
-    /// [`PHASE_LEASES`] leases or fewer, or an interval under a second).
-    pub(crate) fn offset(&self, hash: u64, every_ns: u128) -> u128 {
+    /// [`PHASE_LEASES`] leases or fewer, or an interval under a second:
+    /// then the name is not hashed).
+    pub(crate) fn offset(&self, hash: impl FnOnce() -> u64, every_ns: u128) -> u128 {
         let slot_ns = SLOT_STEPS * EARLY_STEP.as_nanos();
         let slots = (every_ns / slot_ns).max(1);
         let wanted = self.count().div_ceil(PHASE_LEASES).max(1);
@@ -66,7 +67,7 @@ impl Leading {
         if n <= 1 {
             return 0;
         }
-        u128::from(spread_slot(jump(hash, n), slots)) * slot_ns
+        u128::from(spread_slot(jump(hash(), n), slots)) * slot_ns
     }
 }
 
@@ -195,7 +196,7 @@ mod tests {
         let every = 5_000_000_000u128;
         let slot = 500_000_000u128;
         let keys = || (0..5_000u64).map(|i| i.wrapping_mul(0x9e37_79b9_7f4a_7c15));
-        let offsets = |l: &Leading| keys().map(|k| l.offset(k, every)).collect::<Vec<_>>();
+        let offsets = |l: &Leading| keys().map(|k| l.offset(|| k, every)).collect::<Vec<_>>();
         let guards: Vec<Holding> = (0..PHASE_LEASES).map(|_| leading.holding()).collect();
         assert!(offsets(&leading).iter().all(|&o| o == 0));
         let more: Vec<Holding> = (0..PHASE_LEASES).map(|_| leading.holding()).collect();
@@ -213,10 +214,10 @@ mod tests {
         assert_eq!(leading.count(), 0);
         // Capped at one slot per 500 ms, and intervals under one slot.
         let many: Vec<Holding> = (0..100_000).map(|_| leading.holding()).collect();
-        let capped: BTreeSet<u128> = keys().map(|k| leading.offset(k, every)).collect();
+        let capped: BTreeSet<u128> = keys().map(|k| leading.offset(|| k, every)).collect();
         assert_eq!(capped, (0..10).map(|i| i * slot).collect());
-        assert!(keys().all(|k| leading.offset(k, 300_000_000) == 0));
-        assert!(keys().all(|k| leading.offset(k, u128::from(u64::MAX)) % slot == 0));
+        assert!(keys().all(|k| leading.offset(|| k, 300_000_000) == 0));
+        assert!(keys().all(|k| leading.offset(|| k, u128::from(u64::MAX)) % slot == 0));
         drop(many);
     }
 }

@@ -793,8 +793,8 @@ impl RedisBackend {
         renewals.renew(op.group, op.keys, op.id, millis(ttl)).await
     }
 
-    /// When to renew a lease due at `due`: on the renew phase this runtime's
-    /// batches share.
+    /// When to renew `group`'s lease due at `due`: on the renew phase this
+    /// runtime's batches share (one of a few for a leader of many groups).
     pub(super) fn renew_at(&self, due: Instant, every: Duration, group: &str) -> Instant {
         match &self.renewals {
             Some(renewals) => renewals.align(due, every, group),
