@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tokio::time::{sleep_until, Instant};
 
-use crate::backend::{self, Acquire, Op, Renew, SafeStart};
+use crate::backend::{self, Acquire, Expiry, Op, Renew, SafeStart};
 use crate::balance::{hold_for, take_back_after, Balance, SHARE_GRACE, VAIN_HAND_OVERS};
 use crate::ctx::{Callback, Ctx};
 use crate::events::{Event, LostReason};
@@ -227,6 +227,12 @@ impl Election {
                 )
                 .await;
             let received = Instant::now();
+            // A held lease's pttl counts from when the script ran: after
+            // the call went out (`asked`), before its answer came.
+            let (result, asked) = match result {
+                Ok((answer, asked)) => (Ok(answer), asked),
+                Err(e) => (Err(e), sent),
+            };
             let next = match result {
                 Ok(Acquire::Won {
                     token,
@@ -262,22 +268,24 @@ impl Election {
                     self.taking_back = None;
                     let notices_up = self.ctx.notices_up.load(Ordering::SeqCst);
                     match pttl {
-                        // Try again right when it expires (it cannot expire
-                        // sooner); a release notice wakes us sooner.
-                        Some(pttl) if notices_up => received + pttl,
-                        Some(pttl) => received + pttl.min(retry),
-                        None => received + retry,
+                        // Try again right when it expires; a release
+                        // notice wakes us sooner.
+                        Some(pttl) if notices_up || pttl <= retry => Expiry {
+                            earliest: asked + pttl,
+                            latest: received + pttl,
+                        },
+                        Some(_) | None => Expiry::at(received + retry),
                     }
                 }
                 Ok(Acquire::Paused) => {
                     self.recovered();
                     self.saw_paused(true);
                     // A resume request wakes us sooner.
-                    received + retry
+                    Expiry::at(received + retry)
                 }
                 Err(e) => {
                     self.failed("acquire", &e);
-                    received + retry
+                    Expiry::at(received + retry)
                 }
             };
             // On the attempt grid: the groups due together go as one call.

@@ -217,8 +217,9 @@ impl RenewBatcher {
     /// side of a grid step by how late a reply came (a call more); and they
     /// come about when the leader renews: one that arrives after the
     /// renewal learns the expiry it set, and asks again a `ttl` later, not
-    /// `ttl - every`. With the heir rule's lead (half of `every`) they come
-    /// halfway between two renewals instead, and ask once per
+    /// `ttl - every`. With the heir rule's lead (half of `every` and half
+    /// an early step, `heir.rs`) they come about halfway between two
+    /// renewals instead, and ask once per
     /// `ttl - every` (see [`AttemptBatcher::follow_at`]).
     ///
     /// A runtime that leads more than `PHASE_LEASES` (400) groups spreads
@@ -457,7 +458,34 @@ struct Attempt {
     keys: GroupKeys,
     id: String,
     ttl: Duration,
-    reply: oneshot::Sender<Result<Acquire>>,
+    reply: oneshot::Sender<Result<Asked>>,
+}
+
+/// An attempt's answer, and when its call went to the backend.
+pub(crate) type Asked = (Acquire, Instant);
+
+/// When a lease found held expires, as far as a follower can tell: a
+/// `pttl` counts from when the script ran, somewhere between the call's
+/// sending and its answer's arrival, which under load lie tens of ms apart
+/// (Redis answers a burst of calls only after running them all, and the
+/// follower's own threads may be busy).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Expiry {
+    /// The call's sending plus the pttl: the lease cannot expire sooner
+    /// than about this (Redis's clock may tick a little faster).
+    pub(crate) earliest: Instant,
+    /// The answer's arrival plus the pttl: it has expired by then.
+    pub(crate) latest: Instant,
+}
+
+impl Expiry {
+    /// An instant known exactly (a retry, or a time of our own choosing).
+    pub(crate) fn at(t: Instant) -> Self {
+        Self {
+            earliest: t,
+            latest: t,
+        }
+    }
 }
 
 /// Collects the acquire attempts of one runtime's followers and sends those
@@ -510,27 +538,34 @@ impl AttemptBatcher {
     }
 
     /// When to try a lease that expires at `expiry` (or to retry at
-    /// `expiry`). Far ahead: early, at `expiry` moved back onto the coarse
+    /// `expiry`). Far ahead: early, at its latest moved back onto the coarse
     /// grid of [`EARLY_STEP`], and back by the heir rule's lead when it is
     /// on — a live leader has renewed the lease since (it renews more than
-    /// `EARLY_STEP` before its lease ends, and half a renew interval is the
-    /// lead), so the attempt learns the new expiry just as well, and the
+    /// `EARLY_STEP` before its lease ends, and the lead is about half a
+    /// renew interval), so the attempt learns the new expiry just as well, and the
     /// attempts of leases renewed at nearby instants (by different calls,
     /// leaders, instances) fall due together; a crashed leader's lease is
     /// found missing a renewal, which names its heir (`heir.rs`). Close (an
     /// early attempt found the lease still there: its holder stopped
-    /// renewing): at `expiry` moved forward onto
-    /// the grid of [`ATTEMPT_STEP`]. Either then moved by this instance's
+    /// renewing): at its earliest moved forward onto the grid of
+    /// [`ATTEMPT_STEP`] (its latest once that point has passed). Either
+    /// then moved by this instance's
     /// spread for that step (less than [`ATTEMPT_SPREAD`], the same for every
     /// group). So a lease that ends is tried at most `ATTEMPT_STEP +
     /// ATTEMPT_SPREAD` after it ends (after the expiry Redis answered: for
     /// a follower that is not the group's heir, `HEIR_GRACE` after the
     /// lease's own).
-    pub(crate) fn follow_at(&self, expiry: Instant) -> Instant {
+    pub(crate) fn follow_at(&self, expiry: Expiry) -> Instant {
         let spread_ms = ATTEMPT_SPREAD.as_millis() as u32;
+        let now = Instant::now();
         if !self.batched {
             let ms = crate::jitter::random_u32() % (spread_ms + 1);
-            return expiry + Duration::from_millis(u64::from(ms));
+            let at = if expiry.earliest > now {
+                expiry.earliest
+            } else {
+                expiry.latest
+            };
+            return at + Duration::from_millis(u64::from(ms));
         }
         // Far or close is decided on the point moved back by the lead, not
         // on the grid point itself: a non-heir is answered the expiry plus
@@ -539,15 +574,29 @@ impl AttemptBatcher {
         // would ask before the heir. Moved back by the lead (more than the
         // grace) it lands before the expiry, or else on the fine grid after
         // the answered point. The cost: a retry closer than the lead plus a
-        // step (2 s after a failed call, with the default 2.5 s lead) goes
+        // step (2 s after a failed call, with the default 2.625 s lead) goes
         // on the fine grid, where the groups failed by one call still fall
         // due together.
-        let early = self.grid.floor(expiry, EARLY_STEP);
+        //
+        // Early attempts go by the latest expiry: a live leader's leases
+        // expire just after an early grid point (its renewals are on
+        // that grid, `RenewBatcher::align`), which the latest never puts
+        // before it, so the attempts at leases renewed together stay
+        // together. Close ones go by the earliest unless its grid point
+        // has passed: at a crash, the group's heir learned the expiry from
+        // an answer that came late, after the other followers' attempts
+        // of that burst (tens of ms: its take-over came that much after
+        // the expiry, BENCHMARKS.md); asked a little early, Redis answers
+        // the few ms left and the retry goes by those.
+        let early = self.grid.floor(expiry.latest, EARLY_STEP);
         let early = early.checked_sub(self.lead).unwrap_or(early);
-        let on_grid = if early >= Instant::now() + EARLY_STEP {
+        let on_grid = if early >= now + EARLY_STEP {
             early
         } else {
-            self.grid.ceil(expiry, ATTEMPT_STEP)
+            match self.grid.ceil(expiry.earliest, ATTEMPT_STEP) {
+                first if first > now => first,
+                _ => self.grid.ceil(expiry.latest, ATTEMPT_STEP),
+            }
         };
         let step = self.grid.past(on_grid, u128::MAX) / ATTEMPT_STEP.as_nanos();
         let spread = self.spread.hash_one(step) % u64::from(spread_ms.max(1));
@@ -562,12 +611,14 @@ impl AttemptBatcher {
         keys: &GroupKeys,
         id: &str,
         ttl: Duration,
-    ) -> Result<Acquire> {
+    ) -> Result<Asked> {
         if !self.batched {
+            let asked = Instant::now();
             let mut answers = self.backend.acquire_many(id, ttl, &[(group, keys)]).await;
             return answers
                 .pop()
-                .unwrap_or_else(|| Err(Error::backend(group, "no answer")));
+                .unwrap_or_else(|| Err(Error::backend(group, "no answer")))
+                .map(|answer| (answer, asked));
         }
         let (reply, answer) = oneshot::channel();
         let request = Attempt {
@@ -629,10 +680,11 @@ async fn run_attempts(
 async fn send_attempts(backend: Backend, chunk: Vec<Attempt>) {
     let (id, ttl) = (chunk[0].id.clone(), chunk[0].ttl);
     let groups: Vec<(&str, &GroupKeys)> = chunk.iter().map(|r| (&*r.group, &r.keys)).collect();
+    let asked = Instant::now();
     let answers = backend.acquire_many(&id, ttl, &groups).await;
     drop(groups);
     for (r, answer) in chunk.into_iter().zip(answers) {
-        let _ = r.reply.send(answer);
+        let _ = r.reply.send(answer.map(|answer| (answer, asked)));
     }
 }
 
@@ -703,7 +755,10 @@ mod tests {
         let plain = AttemptBatcher::new(backend.clone(), true, timeout, Duration::ZERO);
         let led = AttemptBatcher::new(backend, true, timeout, lead);
         let expiry = Instant::now() + Duration::from_secs(15);
-        let (at, early) = (plain.follow_at(expiry), led.follow_at(expiry));
+        let (at, early) = (
+            plain.follow_at(Expiry::at(expiry)),
+            led.follow_at(Expiry::at(expiry)),
+        );
         assert!(at <= expiry + ATTEMPT_SPREAD, "{:?}", at - Instant::now());
         // Each batcher draws its own spread within a step.
         let apart = at - early;
@@ -716,12 +771,56 @@ mod tests {
         // now: its coarse grid point is 150 ms before it, after the
         // expiry, where the heir alone may ask).
         let answered = Instant::now() + Duration::from_millis(2_150);
-        let at = led.follow_at(answered);
+        let at = led.follow_at(Expiry::at(answered));
         assert!(
             at >= answered && at <= answered + ATTEMPT_STEP + ATTEMPT_SPREAD,
             "{:?}",
             at - answered
         );
+    }
+
+    /// A close attempt goes by the earliest instant the lease can expire
+    /// (an answer that came late, as an heir's does at a crash, overstates
+    /// the expiry by its delay), or by the latest once the earliest's grid
+    /// point has passed; an early attempt by the latest (see `follow_at`).
+    #[tokio::test(start_paused = true)]
+    async fn a_close_attempt_goes_by_the_earliest_expiry() {
+        let ms = Duration::from_millis;
+        let backend = Backend::Memory(crate::MemoryBackend::new());
+        let (timeout, lead) = (Duration::from_secs(5), ms(2_500));
+        let led = AttemptBatcher::new(backend.clone(), true, timeout, lead);
+        let unbatched = AttemptBatcher::new(backend, false, timeout, lead);
+        let now = Instant::now();
+        let late = Expiry {
+            earliest: now + ms(2_000),
+            latest: now + ms(2_060),
+        };
+        let within = |at: Instant, from: Instant, by: Duration| {
+            assert!(at >= from && at <= from + by, "{:?} after", at - from);
+        };
+        within(
+            led.follow_at(late),
+            late.earliest,
+            ATTEMPT_STEP + ATTEMPT_SPREAD,
+        );
+        within(unbatched.follow_at(late), late.earliest, ATTEMPT_SPREAD);
+        let passed = Expiry {
+            earliest: now - ms(1),
+            latest: now + ms(30),
+        };
+        within(
+            led.follow_at(passed),
+            passed.latest,
+            ATTEMPT_STEP + ATTEMPT_SPREAD,
+        );
+        within(unbatched.follow_at(passed), passed.latest, ATTEMPT_SPREAD);
+        // Far ahead: the latest's early grid point (15 s; the earliest's
+        // would be 14.75 s), back by the lead.
+        let far = Expiry {
+            earliest: now + ms(14_950),
+            latest: now + ms(15_010),
+        };
+        within(led.follow_at(far), now + ms(15_000) - lead, ATTEMPT_SPREAD);
     }
 
     #[tokio::test(start_paused = true)]

@@ -11,8 +11,8 @@
 //! How, on Redis:
 //!
 //! - A follower makes its early attempt ([`AttemptBatcher::follow_at`]) a
-//!   [`Heir::lead`] (half a renew interval) before the grid point at the
-//!   lease's expiry, not at it. A live leader has renewed since, so the
+//!   [`Heir::lead`] (half a renew interval and half an early step) before
+//!   the grid point at the lease's expiry, not at it. A live leader has renewed since, so the
 //!   attempt still learns the new expiry (the lease then has `ttl − lead`
 //!   left); a crashed one has not, and the attempt finds less than
 //!   [`Heir::suspect_below`] left, well before the expiry.
@@ -71,7 +71,20 @@ const MIN_RENEW_INTERVAL: Duration = Duration::from_secs(1);
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Heir {
     /// How long before the grid point at a lease's expiry a follower makes
-    /// its early attempt: half a renew interval.
+    /// its early attempt: half a renew interval and half an early step.
+    ///
+    /// Why the half step: a leader's renewals, so its leases' expiries,
+    /// sit on the early grid, a leader of thousands' phases 500 ms apart
+    /// (`phases.rs`). With a lead of whole steps (2.5 s), every follower's
+    /// early attempts at one phase's leases came at the instant another
+    /// phase's leases expire: at a crash, 19 × 500 refused attempts met
+    /// each wave's heir, whose answer, learned in such a burst, came tens
+    /// of ms late (20 × 5,000: p99 75–153 ms after each lease's expiry,
+    /// against 34–36 ms half a step off with [`Expiry`], BENCHMARKS.md).
+    /// Half a step off, they come 125 ms before a wave, and between a
+    /// live leader's renewals.
+    ///
+    /// [`Expiry`]: super::batch::Expiry
     pub(crate) lead: Duration,
     /// A lease found with less than this left missed a renewal:
     /// `ttl − 1.25 × renew_interval`. A live holder's lease never has less
@@ -91,7 +104,7 @@ impl Heir {
         if renew_interval < MIN_RENEW_INTERVAL {
             return None;
         }
-        let lead = renew_interval / 2;
+        let lead = renew_interval / 2 + EARLY_STEP / 2;
         let suspect_below = ttl.checked_sub(renew_interval + renew_interval / 4)?;
         // At its early attempt a crashed holder's lease has less than the
         // lead and a coarse step left (the expiry moved back onto the
@@ -113,7 +126,7 @@ mod tests {
     #[test]
     fn the_default_timings_have_an_heir() {
         let heir = Heir::for_timings(Duration::from_secs(15), Duration::from_secs(5)).unwrap();
-        assert_eq!(heir.lead, Duration::from_millis(2_500));
+        assert_eq!(heir.lead, Duration::from_millis(2_625));
         assert_eq!(heir.suspect_below, Duration::from_millis(8_750));
         // A live leader's lease at the early attempt (ttl − lead) is above
         // the line, a crashed one's (lead) below it.
@@ -126,7 +139,7 @@ mod tests {
         let s = Duration::from_secs;
         let ms = Duration::from_millis;
         assert_eq!(Heir::for_timings(ms(3_000), ms(900)), None);
-        // ttl − 1.25 × renew = 1.25 s, not above the 2.5 s lead.
+        // ttl − 1.25 × renew = 1.25 s, not above the 2.625 s lead.
         assert_eq!(Heir::for_timings(s(7) + ms(500), s(5)), None);
         // 1.9 s − 1.25 s = 650 ms: above the 500 ms lead, but a crashed
         // lease can have up to 750 ms left at the early attempt.

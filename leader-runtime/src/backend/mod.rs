@@ -25,7 +25,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-pub(crate) use self::batch::{slot, AttemptBatcher};
+pub(crate) use self::batch::{slot, AttemptBatcher, Expiry};
 #[cfg(test)]
 pub(crate) use self::batch::{ATTEMPT_SPREAD, ATTEMPT_STEP};
 pub use self::memory::{MemoryBackend, MemorySnapshot};
