@@ -11,7 +11,7 @@ use leader_testkit::{FaultProxy, RedisServer, Reply};
 use tokio::time::{sleep, timeout, Instant};
 
 /// Timings with the heir rule on: a renew interval of a second (the
-/// shortest), so a lead of 500 ms and `suspect_below` 1.75 s.
+/// shortest), so a lead of 625 ms and `suspect_below` 1.75 s.
 const TTL: Duration = Duration::from_millis(3000);
 const RENEW: Duration = Duration::from_millis(1000);
 /// The heir rule's grace (`HEIR_GRACE`).
@@ -179,10 +179,11 @@ async fn when_the_heir_does_not_ask_the_others_take_the_group_a_grace_later() {
     let taken = failed_over(&server, &leader, &followers, &expiry).await;
     let fastest = taken.values().map(|t| t.1).min().unwrap();
     let slowest = taken.values().map(|t| t.1).max().unwrap();
-    // Not before the grace (less a few ms of grid and clock reading), and
-    // not much after it.
+    // Not before the grace (less the grid, the clock reading, and how long
+    // a follower's call took to run: it counts the grace from the earliest
+    // the lease could expire), and not much after it.
     assert!(
-        fastest >= GRACE - Duration::from_millis(20),
+        fastest >= GRACE - Duration::from_millis(50),
         "{fastest:?} after the expiry: {taken:?}"
     );
     assert!(

@@ -554,7 +554,9 @@ impl AttemptBatcher {
     /// group). So a lease that ends is tried at most `ATTEMPT_STEP +
     /// ATTEMPT_SPREAD` after it ends (after the expiry Redis answered: for
     /// a follower that is not the group's heir, `HEIR_GRACE` after the
-    /// lease's own).
+    /// lease's own), and sometimes a few ms before it (the script ran that
+    /// much after the call went out): Redis then answers the ms left, and
+    /// the retry goes by those.
     pub(crate) fn follow_at(&self, expiry: Expiry) -> Instant {
         let spread_ms = ATTEMPT_SPREAD.as_millis() as u32;
         let now = Instant::now();
@@ -787,40 +789,46 @@ mod tests {
     async fn a_close_attempt_goes_by_the_earliest_expiry() {
         let ms = Duration::from_millis;
         let backend = Backend::Memory(crate::MemoryBackend::new());
-        let (timeout, lead) = (Duration::from_secs(5), ms(2_500));
+        let timeout = Duration::from_secs(5);
+        let lead = super::super::heir::Heir::for_timings(ms(15_000), ms(5_000))
+            .unwrap()
+            .lead;
         let led = AttemptBatcher::new(backend.clone(), true, timeout, lead);
         let unbatched = AttemptBatcher::new(backend, false, timeout, lead);
+        // The grids count from the batchers' start (in memory): now is
+        // 5 ms past a point of the fine grid, 5 ms before the next.
+        tokio::time::advance(ms(1_005)).await;
         let now = Instant::now();
+        let within = |at: Instant, from: Instant, by: Duration| {
+            assert!(at >= from && at <= from + by, "{:?} after", at - from);
+        };
         let late = Expiry {
             earliest: now + ms(2_000),
             latest: now + ms(2_060),
         };
-        let within = |at: Instant, from: Instant, by: Duration| {
-            assert!(at >= from && at <= from + by, "{:?} after", at - from);
-        };
-        within(
-            led.follow_at(late),
-            late.earliest,
-            ATTEMPT_STEP + ATTEMPT_SPREAD,
-        );
+        let close = ATTEMPT_STEP + ATTEMPT_SPREAD;
+        within(led.follow_at(late), late.earliest, close);
         within(unbatched.follow_at(late), late.earliest, ATTEMPT_SPREAD);
+        // The earliest's grid point passed: by the latest.
         let passed = Expiry {
+            earliest: now - ms(15),
+            latest: now + ms(30),
+        };
+        within(led.follow_at(passed), passed.latest, close);
+        within(unbatched.follow_at(passed), passed.latest, ATTEMPT_SPREAD);
+        // The earliest passed, its grid point not (5 ms ahead): that point.
+        let just = Expiry {
             earliest: now - ms(1),
             latest: now + ms(30),
         };
-        within(
-            led.follow_at(passed),
-            passed.latest,
-            ATTEMPT_STEP + ATTEMPT_SPREAD,
-        );
-        within(unbatched.follow_at(passed), passed.latest, ATTEMPT_SPREAD);
-        // Far ahead: the latest's early grid point (15 s; the earliest's
-        // would be 14.75 s), back by the lead.
+        within(led.follow_at(just), now + ms(5), ATTEMPT_SPREAD);
+        // Far ahead: the latest's early grid point (16 s after the start;
+        // the earliest's would be 15.75 s), back by the lead.
         let far = Expiry {
             earliest: now + ms(14_950),
             latest: now + ms(15_010),
         };
-        within(led.follow_at(far), now + ms(15_000) - lead, ATTEMPT_SPREAD);
+        within(led.follow_at(far), now + ms(14_995) - lead, ATTEMPT_SPREAD);
     }
 
     #[tokio::test(start_paused = true)]

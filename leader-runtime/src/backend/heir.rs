@@ -13,8 +13,8 @@
 //! - A follower makes its early attempt ([`AttemptBatcher::follow_at`]) a
 //!   [`Heir::lead`] (half a renew interval and half an early step) before
 //!   the grid point at the lease's expiry, not at it. A live leader has renewed since, so the
-//!   attempt still learns the new expiry (the lease then has `ttl − lead`
-//!   left); a crashed one has not, and the attempt finds less than
+//!   attempt still learns the new expiry (the lease then has more than
+//!   `ttl − renew_interval` left); a crashed one has not, and the attempt finds less than
 //!   [`Heir::suspect_below`] left, well before the expiry.
 //! - `acquire.lua` and `acquire_many.lua` (record.lua's `after_heir`): a
 //!   refused attempt that finds the lease with less than `suspect_below`
@@ -59,11 +59,17 @@ use super::batch::{ATTEMPT_SPREAD, EARLY_STEP};
 /// How much later than the heir the other followers of a group ask: more
 /// than the heir's attempt takes to arrive and be served at a large expiry
 /// (20 ms of attempt grid and gathering, 45–70 ms of Redis for 5,000
-/// take-overs, BENCHMARKS.md).
+/// take-overs, BENCHMARKS.md). A non-heir counts it from the earliest the
+/// lease can expire ([`Expiry`]), so it may ask up to the delay of its own
+/// call before that earlier (tens of ms in a burst): still well after the
+/// heir, whose take-overs at a crash of 5,000 are granted within about
+/// 30 ms of the expiry.
+///
+/// [`Expiry`]: super::batch::Expiry
 pub(crate) const HEIR_GRACE: Duration = Duration::from_millis(200);
 
-/// The shortest renew interval with heirs: a lead of half of it must leave
-/// the early attempt on the early grid (one step ahead) with room.
+/// The shortest renew interval with heirs: a lead of about half of it must
+/// leave the early attempt on the early grid (one step ahead) with room.
 const MIN_RENEW_INTERVAL: Duration = Duration::from_secs(1);
 
 /// The timings of the heir rule for one fleet's `ttl` and `renew_interval`
@@ -71,7 +77,8 @@ const MIN_RENEW_INTERVAL: Duration = Duration::from_secs(1);
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Heir {
     /// How long before the grid point at a lease's expiry a follower makes
-    /// its early attempt: half a renew interval and half an early step.
+    /// its early attempt: half a renew interval (down to a whole early
+    /// step) and half an early step, so always half a step off the grid.
     ///
     /// Why the half step: a leader's renewals, so its leases' expiries,
     /// sit on the early grid, a leader of thousands' phases 500 ms apart
@@ -79,8 +86,9 @@ pub(crate) struct Heir {
     /// early attempts at one phase's leases came at the instant another
     /// phase's leases expire: at a crash, 19 × 500 refused attempts met
     /// each wave's heir, whose answer, learned in such a burst, came tens
-    /// of ms late (20 × 5,000: p99 75–153 ms after each lease's expiry,
-    /// against 34–36 ms half a step off with [`Expiry`], BENCHMARKS.md).
+    /// of ms late (20 × 5,000 on a 2-core host: p99 75–154 ms after each
+    /// lease's expiry, against 35–62 ms half a step off and with
+    /// [`Expiry`], BENCHMARKS.md, "The heir asks on time").
     /// Half a step off, they come 125 ms before a wave, and between a
     /// live leader's renewals.
     ///
@@ -104,7 +112,11 @@ impl Heir {
         if renew_interval < MIN_RENEW_INTERVAL {
             return None;
         }
-        let lead = renew_interval / 2 + EARLY_STEP / 2;
+        // Half a renew interval, down to a whole early step, and half a
+        // step: an odd multiple of half a step, whatever the interval.
+        let half = renew_interval / 2;
+        let past_step = half.as_nanos() % EARLY_STEP.as_nanos();
+        let lead = half - Duration::from_nanos(past_step as u64) + EARLY_STEP / 2;
         let suspect_below = ttl.checked_sub(renew_interval + renew_interval / 4)?;
         // At its early attempt a crashed holder's lease has less than the
         // lead and a coarse step left (the expiry moved back onto the
@@ -128,10 +140,29 @@ mod tests {
         let heir = Heir::for_timings(Duration::from_secs(15), Duration::from_secs(5)).unwrap();
         assert_eq!(heir.lead, Duration::from_millis(2_625));
         assert_eq!(heir.suspect_below, Duration::from_millis(8_750));
-        // A live leader's lease at the early attempt (ttl − lead) is above
-        // the line, a crashed one's (lead) below it.
-        assert!(Duration::from_secs(15) - heir.lead > heir.suspect_below);
+        // A live leader's lease at the early attempt (more than ttl −
+        // renew) is above the line, a crashed one's (about the lead) below.
+        assert!(Duration::from_secs(15 - 5) > heir.suspect_below);
         assert!(heir.lead < heir.suspect_below);
+    }
+
+    /// The leases of a leader's phases expire just after points of the
+    /// early grid (`RenewBatcher::align`), phases 500 ms apart: a lead of
+    /// whole steps would put a follower's early attempts at one phase's
+    /// leases on another phase's expiry, half a step off never.
+    #[test]
+    fn the_lead_is_always_half_a_step_off_the_early_grid() {
+        let step = EARLY_STEP.as_nanos();
+        for steps in 4..=40u32 {
+            let renew = EARLY_STEP * steps;
+            let heir = Heir::for_timings(renew * 3, renew).unwrap();
+            assert_eq!(heir.lead.as_nanos() % step, step / 2, "{renew:?}");
+            let off = heir.lead.abs_diff(renew / 2);
+            assert!(off <= EARLY_STEP / 2, "{renew:?}: {:?}", heir.lead);
+        }
+        // Any interval: 1,234 ms has a lead of 500 + 125 ms.
+        let odd = Heir::for_timings(Duration::from_millis(3_702), Duration::from_millis(1_234));
+        assert_eq!(odd.unwrap().lead, Duration::from_millis(625));
     }
 
     #[test]
@@ -141,8 +172,8 @@ mod tests {
         assert_eq!(Heir::for_timings(ms(3_000), ms(900)), None);
         // ttl − 1.25 × renew = 1.25 s, not above the 2.625 s lead.
         assert_eq!(Heir::for_timings(s(7) + ms(500), s(5)), None);
-        // 1.9 s − 1.25 s = 650 ms: above the 500 ms lead, but a crashed
-        // lease can have up to 750 ms left at the early attempt.
+        // 1.9 s − 1.25 s = 650 ms: above the 625 ms lead, but a crashed
+        // lease can have up to 880 ms left at the early attempt.
         assert_eq!(Heir::for_timings(ms(1_900), s(1)), None);
         assert!(Heir::for_timings(s(10), s(3)).is_some());
     }

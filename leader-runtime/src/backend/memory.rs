@@ -410,10 +410,20 @@ impl MemoryBackend {
     /// Tests: how late the run-once replies of instance `id` arrive.
     #[cfg(test)]
     pub(crate) fn once_reply_delay(&self, id: &str) -> Option<Duration> {
-        match &self.faults().slow_once {
-            Some((slow, delay)) if slow == id => Some(*delay),
-            _ => None,
-        }
+        delay_for(&self.faults().slow_once, id)
+    }
+
+    /// Tests: from now on the acquire attempts of instance `id` apply at
+    /// once but their answers arrive `delay` later (`None`: nobody's).
+    #[cfg(test)]
+    pub(crate) fn delay_acquire_replies(&self, id: Option<(&str, Duration)>) {
+        self.faults().slow_acquire = id.map(|(id, delay)| (id.to_owned(), delay));
+    }
+
+    /// Tests: how late the acquire answers of instance `id` arrive.
+    #[cfg(test)]
+    pub(crate) fn acquire_reply_delay(&self, id: &str) -> Option<Duration> {
+        delay_for(&self.faults().slow_acquire, id)
     }
 
     #[cfg(test)]
@@ -701,6 +711,17 @@ struct InstanceFaults {
     cut_off: Option<String>,
     /// This instance's run-once replies arrive this much later.
     slow_once: Option<(String, Duration)>,
+    /// This instance's acquire answers arrive this much later.
+    slow_acquire: Option<(String, Duration)>,
+}
+
+/// Tests: the delay of a slow instance's replies, if `id` is that instance.
+#[cfg(test)]
+fn delay_for(slow: &Option<(String, Duration)>, id: &str) -> Option<Duration> {
+    match slow {
+        Some((slow, delay)) if slow == id => Some(*delay),
+        _ => None,
+    }
 }
 
 /// Tests: the simulated notice connections (see

@@ -215,7 +215,14 @@ impl Backend {
     ) -> Vec<Result<Acquire>> {
         match self {
             Backend::Redis(b) => b.acquire_many(id, ttl, groups).await,
-            Backend::Memory(b) => b.acquire_many(id, ttl, groups),
+            Backend::Memory(b) => {
+                let answers = b.acquire_many(id, ttl, groups);
+                #[cfg(test)]
+                if let Some(delay) = b.acquire_reply_delay(id) {
+                    tokio::time::sleep(delay).await;
+                }
+                answers
+            }
         }
     }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::time::{sleep, Instant};
 
 use crate::backend::{ATTEMPT_SPREAD, ATTEMPT_STEP};
-use crate::test_support::{instance, settle, TTL};
+use crate::test_support::{instance, settle, G, TTL};
 use crate::{MemoryBackend, Runtime};
 
 const GROUPS: usize = 50;
@@ -113,4 +113,31 @@ async fn an_ineligible_group_stays_out_of_the_batches_of_the_others() {
 #[test]
 fn the_attempt_grid_adds_at_most_one_step_and_the_spread() {
     assert_eq!(ATTEMPT_STEP + ATTEMPT_SPREAD, Duration::from_millis(15));
+}
+
+/// A follower whose answers arrive late still takes a lease when it
+/// expires: its pttl counts from when the call went out (`Expiry`), not
+/// from the answer's arrival, which would make it ask that much later.
+#[tokio::test(start_paused = true)]
+async fn a_late_answer_does_not_delay_the_take_over() {
+    let mem = MemoryBackend::new();
+    let late = Duration::from_millis(60);
+    let ttl = Duration::from_millis(100);
+    mem.delay_acquire_replies(Some(("b", late)));
+    // An instance that will never renew holds the group for 100 ms.
+    mem.overwrite("leader", G, "x", ttl);
+    let expiry = Instant::now() + ttl;
+    let b = instance(&mem, "b");
+    assert!(b.run_if_leader(G, || async {}).await.is_none());
+    while b.leader_id(G).await.unwrap().as_deref() != Some("b") {
+        assert!(Instant::now() < expiry + TTL, "never taken");
+        sleep(Duration::from_millis(1)).await;
+    }
+    // Asked at the first grid point after the expiry (plus the spread),
+    // not `late` after it.
+    let after = Instant::now() - expiry;
+    assert!(
+        after <= ATTEMPT_STEP + ATTEMPT_SPREAD + Duration::from_millis(1),
+        "taken {after:?} after the expiry"
+    );
 }
