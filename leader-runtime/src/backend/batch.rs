@@ -542,16 +542,15 @@ impl AttemptBatcher {
     /// grid of [`EARLY_STEP`], and back by the heir rule's lead when it is
     /// on — a live leader has renewed the lease since (it renews more than
     /// `EARLY_STEP` before its lease ends, and the lead is about half a
-    /// renew interval), so the attempt learns the new expiry just as well, and the
-    /// attempts of leases renewed at nearby instants (by different calls,
+    /// renew interval), so the attempt learns the new expiry just as well,
+    /// and the attempts of leases renewed at nearby instants (by different calls,
     /// leaders, instances) fall due together; a crashed leader's lease is
     /// found missing a renewal, which names its heir (`heir.rs`). Close (an
     /// early attempt found the lease still there: its holder stopped
     /// renewing): at its earliest moved forward onto the grid of
     /// [`ATTEMPT_STEP`] (its latest once that point has passed). Either
-    /// then moved by this instance's
-    /// spread for that step (less than [`ATTEMPT_SPREAD`], the same for every
-    /// group). So a lease that ends is tried at most `ATTEMPT_STEP +
+    /// then moved by this instance's spread for that step (less than
+    /// [`ATTEMPT_SPREAD`], the same for every group). So a lease that ends is tried at most `ATTEMPT_STEP +
     /// ATTEMPT_SPREAD` after it ends (after the expiry Redis answered: for
     /// a follower that is not the group's heir, `HEIR_GRACE` after the
     /// lease's own), and sometimes a few ms before it (the script ran that

@@ -12,10 +12,11 @@
 //!
 //! - A follower makes its early attempt ([`AttemptBatcher::follow_at`]) a
 //!   [`Heir::lead`] (half a renew interval and half an early step) before
-//!   the grid point at the lease's expiry, not at it. A live leader has renewed since, so the
-//!   attempt still learns the new expiry (the lease then has more than
-//!   `ttl − renew_interval` left); a crashed one has not, and the attempt finds less than
-//!   [`Heir::suspect_below`] left, well before the expiry.
+//!   the grid point at the lease's expiry, not at it. A live leader has
+//!   renewed since, so the attempt still learns the new expiry (the lease
+//!   then has more than `ttl − renew_interval` left); a crashed one has
+//!   not, and the attempt finds less than [`Heir::suspect_below`] left,
+//!   well before the expiry.
 //! - `acquire.lua` and `acquire_many.lua` (record.lua's `after_heir`): a
 //!   refused attempt that finds the lease with less than `suspect_below`
 //!   left (the holder missed a renewal) names the asking instance the
@@ -62,8 +63,8 @@ use super::batch::{ATTEMPT_SPREAD, EARLY_STEP};
 /// take-overs, BENCHMARKS.md). A non-heir counts it from the earliest the
 /// lease can expire ([`Expiry`]), so it may ask up to the delay of its own
 /// call before that earlier (tens of ms in a burst): still well after the
-/// heir, whose take-overs at a crash of 5,000 are granted within about
-/// 30 ms of the expiry.
+/// heir, whose take-overs at a crash of 5,000 are granted within 25–45 ms
+/// of the expiry (p99).
 ///
 /// [`Expiry`]: super::batch::Expiry
 pub(crate) const HEIR_GRACE: Duration = Duration::from_millis(200);
