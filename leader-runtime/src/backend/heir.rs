@@ -88,7 +88,7 @@ pub(crate) struct Heir {
     /// phase's leases expire: at a crash, 19 × 500 refused attempts met
     /// each wave's heir, whose answer, learned in such a burst, came tens
     /// of ms late (20 × 5,000 on a 2-core host: p99 75–154 ms after each
-    /// lease's expiry, against 35–62 ms half a step off and with
+    /// lease's expiry, against 30–62 ms half a step off and with
     /// [`Expiry`], BENCHMARKS.md, "The heir asks on time").
     /// Half a step off, they come 125 ms before a wave, and between a
     /// live leader's renewals.
