@@ -61,6 +61,7 @@ pub(crate) async fn run(group: Arc<Group>, ctx: Arc<Ctx>, commands: MailboxRx) {
         failing: false,
         cooldown_until: None,
         noticed: false,
+        close: false,
         shed: false,
         record_known: false,
         balance,
@@ -84,6 +85,9 @@ struct Election {
     cooldown_until: Option<Instant>,
     /// The last wait ended with a release notice.
     noticed: bool,
+    /// The next attempt is a close one (`Due::close`), unless a notice or
+    /// a request ends the wait for it first.
+    close: bool,
     /// The leadership that just ended was handed over for the balance.
     shed: bool,
     /// An acquire has found the group's record (see [`Won::record_known`]).
@@ -213,6 +217,7 @@ impl Election {
             self.group.counters.acquire_attempt();
             metrics::acquire_attempt(&self.group.name);
             let ttl = self.ctx.config.ttl;
+            let close = std::mem::take(&mut self.close);
             // Batched with the attempts of this runtime's other groups due
             // at the same instant (one script call per hash slot).
             let result = self
@@ -223,6 +228,7 @@ impl Election {
                         &self.keys,
                         &self.ctx.config.instance_id,
                         ttl,
+                        close,
                     ),
                 )
                 .await;
@@ -289,11 +295,13 @@ impl Election {
                 }
             };
             // On the attempt grid: the groups due together go as one call.
-            let wait_until = self.ctx.attempts.follow_at(next);
+            let due = self.ctx.attempts.follow_at(next);
             self.group.control.mark_first_round();
-            if !self.wait(wait_until, true).await {
+            if !self.wait(due.at, true).await {
                 return None;
             }
+            // Woken at its time, not by a notice or a request.
+            self.close = due.close && Instant::now() >= due.at;
             if self.noticed {
                 // Another instance held the group and released it.
                 self.taking_back = None;

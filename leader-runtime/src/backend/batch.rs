@@ -325,6 +325,22 @@ impl Wait {
             busy_max: Some(call_timeout / 4),
         }
     }
+
+    /// For close attempts (a crashed leader's leases, expiring now): what
+    /// arrives within yield rounds, while requests keep coming in every
+    /// round at most a quarter of `call_timeout`; no quiet period. The
+    /// attempts of one grid point wake together, and a take-over is worth
+    /// the quiet period's milliseconds more than a call saved; a share that
+    /// the OS preempted goes in a call of its own (close attempts come only
+    /// when a leader stops renewing, so this does not weigh on the steady
+    /// state's calls).
+    fn prompt(call_timeout: Duration) -> Self {
+        Wait {
+            quiet: Duration::ZERO,
+            max: Duration::ZERO,
+            busy_max: Some(call_timeout / 4),
+        }
+    }
 }
 
 /// `first` and the requests that queue up behind it while the tasks woken
@@ -458,6 +474,8 @@ struct Attempt {
     keys: GroupKeys,
     id: String,
     ttl: Duration,
+    /// A close attempt (see [`Due::close`]).
+    close: bool,
     reply: oneshot::Sender<Result<Asked>>,
 }
 
@@ -476,6 +494,15 @@ pub(crate) struct Expiry {
     pub(crate) earliest: Instant,
     /// The answer's arrival plus the pttl: it has expired by then.
     pub(crate) latest: Instant,
+}
+
+/// When a follower's next attempt is due ([`AttemptBatcher::follow_at`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Due {
+    pub(crate) at: Instant,
+    /// A close attempt (on the fine grid, at a lease about to expire): its
+    /// batch goes without a quiet period (see [`Wait::prompt`]).
+    pub(crate) close: bool,
 }
 
 impl Expiry {
@@ -556,7 +583,7 @@ impl AttemptBatcher {
     /// lease's own), and sometimes a few ms before it (the script ran that
     /// much after the call went out): Redis then answers the ms left, and
     /// the retry goes by those.
-    pub(crate) fn follow_at(&self, expiry: Expiry) -> Instant {
+    pub(crate) fn follow_at(&self, expiry: Expiry) -> Due {
         let spread_ms = ATTEMPT_SPREAD.as_millis() as u32;
         let now = Instant::now();
         if !self.batched {
@@ -566,7 +593,10 @@ impl AttemptBatcher {
             } else {
                 expiry.latest
             };
-            return at + Duration::from_millis(u64::from(ms));
+            return Due {
+                at: at + Duration::from_millis(u64::from(ms)),
+                close: false,
+            };
         }
         // Far or close is decided on the point moved back by the lead, not
         // on the grid point itself: a non-heir is answered the expiry plus
@@ -591,7 +621,8 @@ impl AttemptBatcher {
         // the few ms left and the retry goes by those.
         let early = self.grid.floor(expiry.latest, EARLY_STEP);
         let early = early.checked_sub(self.lead).unwrap_or(early);
-        let on_grid = if early >= now + EARLY_STEP {
+        let close = early < now + EARLY_STEP;
+        let on_grid = if !close {
             early
         } else {
             match self.grid.ceil(expiry.earliest, ATTEMPT_STEP) {
@@ -601,17 +632,22 @@ impl AttemptBatcher {
         };
         let step = self.grid.past(on_grid, u128::MAX) / ATTEMPT_STEP.as_nanos();
         let spread = self.spread.hash_one(step) % u64::from(spread_ms.max(1));
-        on_grid + Duration::from_millis(spread)
+        Due {
+            at: on_grid + Duration::from_millis(spread),
+            close,
+        }
     }
 
     /// Acquire one group's lease as part of the next batch: the answer of
     /// `acquire.lua` for that group.
+    /// `close`: a close attempt, made at its [`Due`] (see [`Due::close`]).
     pub(crate) async fn acquire(
         &self,
         group: &str,
         keys: &GroupKeys,
         id: &str,
         ttl: Duration,
+        close: bool,
     ) -> Result<Asked> {
         if !self.batched {
             let asked = Instant::now();
@@ -627,6 +663,7 @@ impl AttemptBatcher {
             keys: keys.clone(),
             id: id.to_owned(),
             ttl,
+            close,
             reply,
         };
         let stopped = || Error::backend(group, "the attempt batcher has stopped");
@@ -646,11 +683,12 @@ async fn run_attempts(
     // worker thread (20 x 5,000 balanced: 43 acquire calls/s against 26
     // with it, BENCHMARKS.md). In memory nothing is saved by waiting (and
     // paused-time tests keep their exact instants).
-    let wait = match backend {
-        Backend::Redis(_) => Wait::within(call_timeout),
-        Backend::Memory(_) => Wait::NONE,
+    let (wait, prompt) = match backend {
+        Backend::Redis(_) => (Wait::within(call_timeout), Wait::prompt(call_timeout)),
+        Backend::Memory(_) => (Wait::NONE, Wait::NONE),
     };
     while let Some(first) = rx.recv().await {
+        let wait = if first.close { prompt } else { wait };
         let mut batch = gather(first, &mut rx, wait).await;
         // An election that gave up waiting (stopped, timed out) no longer
         // counts on this attempt: don't take a lease nobody would hold.
@@ -668,24 +706,71 @@ async fn run_attempts(
             chunk.push(request);
             if chunk.len() == MAX_GROUPS {
                 let full = std::mem::take(chunk);
-                tokio::spawn(send_attempts(backend.clone(), full));
+                tokio::spawn(send_attempts(backend.clone(), full, call_timeout));
             }
         }
         for chunk in chunks.into_values().filter(|c| !c.is_empty()) {
-            tokio::spawn(send_attempts(backend.clone(), chunk));
+            tokio::spawn(send_attempts(backend.clone(), chunk, call_timeout));
         }
     }
 }
 
+/// An attempt that finds the lease with at most this long left is made
+/// again by the batcher once that has passed, in one call with the others
+/// of its chunk that did, instead of being answered (see [`send_attempts`]).
+pub(crate) const PROMPT_RETRY: Duration = Duration::from_millis(50);
+
 /// One backend call for `chunk` (same id, ttl and slot), answering each attempt.
-async fn send_attempts(backend: Backend, chunk: Vec<Attempt>) {
+///
+/// A close attempt (`follow_at`) goes at the earliest the lease can expire,
+/// which lies before the true expiry by however long the script that
+/// answered the pttl waited in Redis (tens of ms when the followers' early
+/// attempts arrive together). Answered then, the election would try again
+/// on the attempt grid: up to `ATTEMPT_STEP + ATTEMPT_SPREAD` and a batch's
+/// quiet period later, a third of a 20 × 5,000 crash's failover
+/// (BENCHMARKS.md). So the attempts found with at most [`PROMPT_RETRY`] left
+/// are made once more here, together, a millisecond after the longest of
+/// those pttls has passed (counted from the answer's arrival: never before
+/// the expiry Redis answered). Once only, and only while the second call
+/// still has three quarters of `call_timeout`; an election that stopped
+/// waiting meanwhile is left out. It is the same `acquire` again: the script
+/// decides as always, so this changes when a follower asks, never who may
+/// win; the two calls count as one attempt of the election.
+async fn send_attempts(backend: Backend, chunk: Vec<Attempt>, call_timeout: Duration) {
     let (id, ttl) = (chunk[0].id.clone(), chunk[0].ttl);
-    let groups: Vec<(&str, &GroupKeys)> = chunk.iter().map(|r| (&*r.group, &r.keys)).collect();
-    let asked = Instant::now();
-    let answers = backend.acquire_many(&id, ttl, &groups).await;
-    drop(groups);
-    for (r, answer) in chunk.into_iter().zip(answers) {
-        let _ = r.reply.send(answer.map(|answer| (answer, asked)));
+    let first_asked = Instant::now();
+    let mut chunk = chunk;
+    for round in 0..2 {
+        let groups: Vec<(&str, &GroupKeys)> = chunk.iter().map(|r| (&*r.group, &r.keys)).collect();
+        let asked = Instant::now();
+        let answers = backend.acquire_many(&id, ttl, &groups).await;
+        drop(groups);
+        let received = Instant::now();
+        let budget = first_asked + call_timeout / 4;
+        let mut again = Vec::new();
+        let mut retry_at = received;
+        for (r, answer) in chunk.into_iter().zip(answers) {
+            match answer {
+                Ok(Acquire::Held {
+                    pttl: Some(pttl), ..
+                }) if round == 0 && pttl <= PROMPT_RETRY && received + pttl <= budget => {
+                    retry_at = retry_at.max(received + pttl);
+                    again.push(r);
+                }
+                answer => {
+                    let _ = r.reply.send(answer.map(|answer| (answer, asked)));
+                }
+            }
+        }
+        if again.is_empty() {
+            return;
+        }
+        tokio::time::sleep_until(retry_at + Duration::from_millis(1)).await;
+        again.retain(|r| !r.reply.is_closed());
+        if again.is_empty() {
+            return;
+        }
+        chunk = again;
     }
 }
 
@@ -757,8 +842,8 @@ mod tests {
         let led = AttemptBatcher::new(backend, true, timeout, lead);
         let expiry = Instant::now() + Duration::from_secs(15);
         let (at, early) = (
-            plain.follow_at(Expiry::at(expiry)),
-            led.follow_at(Expiry::at(expiry)),
+            plain.follow_at(Expiry::at(expiry)).at,
+            led.follow_at(Expiry::at(expiry)).at,
         );
         assert!(at <= expiry + ATTEMPT_SPREAD, "{:?}", at - Instant::now());
         // Each batcher draws its own spread within a step.
@@ -772,7 +857,7 @@ mod tests {
         // now: its coarse grid point is 150 ms before it, after the
         // expiry, where the heir alone may ask).
         let answered = Instant::now() + Duration::from_millis(2_150);
-        let at = led.follow_at(Expiry::at(answered));
+        let at = led.follow_at(Expiry::at(answered)).at;
         assert!(
             at >= answered && at <= answered + ATTEMPT_STEP + ATTEMPT_SPREAD,
             "{:?}",
@@ -806,28 +891,41 @@ mod tests {
             latest: now + ms(2_060),
         };
         let close = ATTEMPT_STEP + ATTEMPT_SPREAD;
-        within(led.follow_at(late), late.earliest, close);
-        within(unbatched.follow_at(late), late.earliest, ATTEMPT_SPREAD);
+        within(led.follow_at(late).at, late.earliest, close);
+        within(unbatched.follow_at(late).at, late.earliest, ATTEMPT_SPREAD);
         // The earliest's grid point passed: by the latest.
         let passed = Expiry {
             earliest: now - ms(15),
             latest: now + ms(30),
         };
-        within(led.follow_at(passed), passed.latest, close);
-        within(unbatched.follow_at(passed), passed.latest, ATTEMPT_SPREAD);
+        within(led.follow_at(passed).at, passed.latest, close);
+        within(
+            unbatched.follow_at(passed).at,
+            passed.latest,
+            ATTEMPT_SPREAD,
+        );
         // The earliest passed, its grid point not (5 ms ahead): that point.
         let just = Expiry {
             earliest: now - ms(1),
             latest: now + ms(30),
         };
-        within(led.follow_at(just), now + ms(5), ATTEMPT_SPREAD);
+        within(led.follow_at(just).at, now + ms(5), ATTEMPT_SPREAD);
         // Far ahead: the latest's early grid point (16 s after the start;
         // the earliest's would be 15.75 s), back by the lead.
         let far = Expiry {
             earliest: now + ms(14_950),
             latest: now + ms(15_010),
         };
-        within(led.follow_at(far), now + ms(14_995) - lead, ATTEMPT_SPREAD);
+        within(
+            led.follow_at(far).at,
+            now + ms(14_995) - lead,
+            ATTEMPT_SPREAD,
+        );
+        // Close attempts are marked so (their batch has no quiet period).
+        let close_ones = [late, passed, just].map(|e| led.follow_at(e).close);
+        assert_eq!(close_ones, [true; 3]);
+        assert!(!led.follow_at(far).close);
+        assert!(!unbatched.follow_at(late).close);
     }
 
     #[tokio::test(start_paused = true)]
@@ -1132,6 +1230,26 @@ mod tests {
             tx.send(1).unwrap();
         });
         assert_eq!(gather(0, &mut rx, Wait::NONE).await, [0]);
+    }
+
+    /// Close attempts (a crashed leader's leases): what is queued and what
+    /// the yield rounds bring, at once; a request 1 ms later is not waited
+    /// for (with the full wait it would be: `QUIET` is 4 ms).
+    #[tokio::test(start_paused = true)]
+    async fn a_batch_of_close_attempts_goes_without_a_quiet_period() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        for n in 1..4 {
+            tx.send(n).unwrap();
+        }
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            tx.send(9).unwrap();
+        });
+        let start = Instant::now();
+        let prompt = Wait::prompt(Duration::from_secs(5));
+        assert_eq!(gather(0, &mut rx, prompt).await, [0, 1, 2, 3]);
+        assert_eq!(start.elapsed(), Duration::ZERO);
+        assert_eq!(gather(0, &mut rx, FULL).await, [0, 9]);
     }
 
     #[tokio::test(start_paused = true)]

@@ -426,6 +426,20 @@ impl MemoryBackend {
         delay_for(&self.faults().slow_acquire, id)
     }
 
+    /// Tests: from now on the acquire attempts of instance `id` wait
+    /// `delay` before they apply, as behind a burst of other calls on a
+    /// busy server, and their answers come right after (`None`: nobody's).
+    #[cfg(test)]
+    pub(crate) fn delay_acquire_runs(&self, id: Option<(&str, Duration)>) {
+        self.faults().queued_acquire = id.map(|(id, delay)| (id.to_owned(), delay));
+    }
+
+    /// Tests: how long the acquire attempts of instance `id` wait to apply.
+    #[cfg(test)]
+    pub(crate) fn acquire_run_delay(&self, id: &str) -> Option<Duration> {
+        delay_for(&self.faults().queued_acquire, id)
+    }
+
     #[cfg(test)]
     fn check_cut_off(&self, op: &Op<'_>) -> Result<()> {
         if self.faults().cut_off.as_deref() == Some(op.id) {
@@ -713,6 +727,8 @@ struct InstanceFaults {
     slow_once: Option<(String, Duration)>,
     /// This instance's acquire answers arrive this much later.
     slow_acquire: Option<(String, Duration)>,
+    /// This instance's acquire attempts apply this much later.
+    queued_acquire: Option<(String, Duration)>,
 }
 
 /// Tests: the delay of a slow instance's replies, if `id` is that instance.

@@ -216,6 +216,10 @@ impl Backend {
         match self {
             Backend::Redis(b) => b.acquire_many(id, ttl, groups).await,
             Backend::Memory(b) => {
+                #[cfg(test)]
+                if let Some(delay) = b.acquire_run_delay(id) {
+                    tokio::time::sleep(delay).await;
+                }
                 let answers = b.acquire_many(id, ttl, groups);
                 #[cfg(test)]
                 if let Some(delay) = b.acquire_reply_delay(id) {

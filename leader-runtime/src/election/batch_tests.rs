@@ -141,3 +141,37 @@ async fn a_late_answer_does_not_delay_the_take_over() {
         "taken {after:?} after the expiry"
     );
 }
+
+/// A close attempt goes at the earliest the lease can expire, counted from
+/// when the last call went out; when that call waited in a busy server's
+/// queue, the lease outlives that guess by the wait, and the attempt comes
+/// too early. The batcher asks again right after the pttl it was answered
+/// (one call, part of the same attempt), not on the attempt grid.
+#[tokio::test(start_paused = true)]
+async fn an_attempt_made_just_before_the_expiry_is_made_again_right_after_it() {
+    let mem = MemoryBackend::new();
+    // An instance that will never renew holds the group until 203 ms from
+    // now: between two points of the attempt grid.
+    let ttl = Duration::from_millis(203);
+    mem.overwrite("leader", G, "x", ttl);
+    let expiry = Instant::now() + ttl;
+    // b's first attempt waits 40 ms to be served: it learns a pttl that
+    // counts from then, and its next attempt comes about 40 ms early.
+    mem.delay_acquire_runs(Some(("b", Duration::from_millis(40))));
+    let b = instance(&mem, "b");
+    assert!(b.run_if_leader(G, || async {}).await.is_none());
+    mem.delay_acquire_runs(None);
+    let attempted = attempts(&b, G);
+    while b.leader_id(G).await.unwrap().as_deref() != Some("b") {
+        assert!(Instant::now() < expiry + TTL, "never taken");
+        sleep(Duration::from_millis(1)).await;
+    }
+    // Within a few ms of the expiry; on the grid it took the next point
+    // (210 ms) plus the spread.
+    let after = Instant::now() - expiry;
+    assert!(
+        after <= Duration::from_millis(3),
+        "taken {after:?} after the expiry"
+    );
+    assert_eq!(attempts(&b, G), attempted + 1, "one attempt, asked twice");
+}
