@@ -582,7 +582,7 @@ impl AttemptBatcher {
     /// a follower that is not the group's heir, `HEIR_GRACE` after the
     /// lease's own), and sometimes a few ms before it (the script ran that
     /// much after the call went out): Redis then answers the ms left, and
-    /// the retry goes by those.
+    /// the batcher asks again right after those (`send_attempts`).
     pub(crate) fn follow_at(&self, expiry: Expiry) -> Due {
         let spread_ms = ATTEMPT_SPREAD.as_millis() as u32;
         let now = Instant::now();
