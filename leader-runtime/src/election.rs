@@ -61,7 +61,6 @@ pub(crate) async fn run(group: Arc<Group>, ctx: Arc<Ctx>, commands: MailboxRx) {
         failing: false,
         cooldown_until: None,
         noticed: false,
-        close: false,
         shed: false,
         record_known: false,
         balance,
@@ -85,9 +84,6 @@ struct Election {
     cooldown_until: Option<Instant>,
     /// The last wait ended with a release notice.
     noticed: bool,
-    /// The next attempt is a close one (`Due::close`), unless a notice or
-    /// a request ends the wait for it first.
-    close: bool,
     /// The leadership that just ended was handed over for the balance.
     shed: bool,
     /// An acquire has found the group's record (see [`Won::record_known`]).
@@ -170,6 +166,9 @@ impl Election {
     /// Campaign until we win (`Some`) or the runtime stops (`None`).
     async fn follow(&mut self) -> Option<Won> {
         let retry = self.ctx.config.retry_interval;
+        // The next attempt is a close one (`Due::close`): its wait ended at
+        // its time, not with a notice or a request.
+        let mut next_close = false;
         loop {
             // Out of the race, a group is not one this instance could take.
             self.count_campaign(self.group.control.eligible());
@@ -217,7 +216,7 @@ impl Election {
             self.group.counters.acquire_attempt();
             metrics::acquire_attempt(&self.group.name);
             let ttl = self.ctx.config.ttl;
-            let close = std::mem::take(&mut self.close);
+            let close = std::mem::take(&mut next_close);
             // Batched with the attempts of this runtime's other groups due
             // at the same instant (one script call per hash slot).
             let result = self
@@ -300,8 +299,7 @@ impl Election {
             if !self.wait(due.at, true).await {
                 return None;
             }
-            // Woken at its time, not by a notice or a request.
-            self.close = due.close && Instant::now() >= due.at;
+            next_close = due.close && Instant::now() >= due.at;
             if self.noticed {
                 // Another instance held the group and released it.
                 self.taking_back = None;

@@ -738,7 +738,7 @@ pub(crate) const PROMPT_RETRY: Duration = Duration::from_millis(50);
 /// win; the two calls count as one attempt of the election.
 async fn send_attempts(backend: Backend, chunk: Vec<Attempt>, call_timeout: Duration) {
     let (id, ttl) = (chunk[0].id.clone(), chunk[0].ttl);
-    let first_asked = Instant::now();
+    let budget = Instant::now() + call_timeout / 4;
     let mut chunk = chunk;
     for round in 0..2 {
         let groups: Vec<(&str, &GroupKeys)> = chunk.iter().map(|r| (&*r.group, &r.keys)).collect();
@@ -746,7 +746,6 @@ async fn send_attempts(backend: Backend, chunk: Vec<Attempt>, call_timeout: Dura
         let answers = backend.acquire_many(&id, ttl, &groups).await;
         drop(groups);
         let received = Instant::now();
-        let budget = first_asked + call_timeout / 4;
         let mut again = Vec::new();
         let mut retry_at = received;
         for (r, answer) in chunk.into_iter().zip(answers) {
