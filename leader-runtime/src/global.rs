@@ -3,29 +3,45 @@
 //! [`init`], or from the environment on first use).
 
 use std::cell::Cell;
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, OnceLock, PoisonError};
+use std::sync::{Mutex, OnceLock, PoisonError, RwLock};
 use std::task::{Context, Poll};
 
 use pin_project_lite::pin_project;
-use tokio::task::futures::TaskLocalFuture;
 
-use crate::runtime::Runtime;
+use crate::runtime::{Runtime, WeakRuntime};
 use crate::{Config, Error, Result};
 
-tokio::task_local! {
-    static CURRENT_RUNTIME: Runtime;
+thread_local! {
+    /// The id of the runtime whose [`Runtime::scope`] future is being polled
+    /// or dropped on this thread, else 0 (ids start at 1). The gate reads it
+    /// on every call: a `Copy` thread-local without a destructor is one load
+    /// and two stores to set and restore, where a tokio task-local is a
+    /// `RefCell<Option<T>>` swapped in and out around every poll, with a
+    /// destructor check on each access (BENCHMARKS.md).
+    static SCOPED_ID: Cell<u64> = const { Cell::new(0) };
 }
 
-thread_local! {
-    /// The id of the runtime in `CURRENT_RUNTIME` while a scope's future is
-    /// polled or dropped on this thread, else 0 (ids start at 1). The gate
-    /// reads it on every call: a `Copy` thread-local is one load, where the
-    /// task-local is an indirect call and a `RefCell` borrow (about 5 ns of
-    /// the scoped gate on an Intel Xeon guest, BENCHMARKS.md).
-    static SCOPED_ID: Cell<u64> = const { Cell::new(0) };
+/// Every live runtime by id: how the free functions get the runtime
+/// `SCOPED_ID` names (off the gate's path). Weak handles: the registry keeps
+/// no runtime alive, and a runtime removes itself when its last handle goes.
+/// A scope holds a handle for as long as it sets `SCOPED_ID`, so the entry
+/// it names is alive.
+static LIVE: RwLock<BTreeMap<u64, WeakRuntime>> = RwLock::new(BTreeMap::new());
+
+/// Called by [`Runtime::new`].
+pub(crate) fn register_runtime(runtime: &Runtime) {
+    let mut live = LIVE.write().unwrap_or_else(PoisonError::into_inner);
+    live.insert(runtime.id(), runtime.downgrade());
+}
+
+/// Called when a runtime's last handle is dropped.
+pub(crate) fn forget_runtime(id: u64) {
+    let mut live = LIVE.write().unwrap_or_else(PoisonError::into_inner);
+    live.remove(&id);
 }
 
 static GLOBAL: OnceLock<Runtime> = OnceLock::new();
@@ -108,10 +124,12 @@ fn from_env() -> Result<Runtime> {
     Runtime::new(crate::env::builder()?.build()?)
 }
 
-// Defined here rather than in `runtime.rs`: the task-local is this module's.
+// Defined here rather than in `runtime.rs`: the scope is this module's.
 impl Runtime {
     /// Make this runtime the current one for `fut`: gated functions and the
     /// free functions called inside use it instead of the global runtime.
+    /// The innermost scope decides; tasks spawned inside do not inherit it
+    /// (as with a tokio task-local).
     ///
     /// # Examples
     ///
@@ -130,40 +148,34 @@ impl Runtime {
     /// ```
     pub fn scope<F: Future>(&self, fut: F) -> impl Future<Output = F::Output> {
         Scope {
-            fut: CURRENT_RUNTIME.scope(self.clone(), fut),
+            fut,
             id: self.id(),
-            finished: false,
             exit: None,
+            _runtime: self.clone(),
         }
     }
 }
 
 pin_project! {
-    /// [`Runtime::scope`]'s future: the task-local, and `SCOPED_ID` set
-    /// while it is polled, and while it is dropped unfinished (the
-    /// task-local future drops its future inside its scope; a finished one
-    /// has dropped it already). One corner differs: dropped unfinished
-    /// during its thread's thread-local teardown, where tokio can no longer
-    /// set the task-local, the future's destructors still see this scope in
-    /// the gate (their gated calls go to this runtime), while the free
-    /// functions see none (they go to the global runtime). Mirroring tokio
-    /// there exactly took a second wrapper inside the task-local, which cost
-    /// every scoped future about 10 ns (BENCHMARKS.md).
+    /// [`Runtime::scope`]'s future: `SCOPED_ID` set while it is polled, and
+    /// while it is dropped, so that the future's destructors run in the
+    /// scope too (a cancelled body's gated calls and free functions go to
+    /// this runtime, as they did while it ran).
     struct Scope<F> {
         #[pin]
-        fut: TaskLocalFuture<Runtime, F>,
+        fut: F,
         id: u64,
-        finished: bool,
         // Set by `drop`; dropped after `fut`, so `fut` drops inside.
         exit: Option<EnterScope>,
+        // Keeps the runtime `id` names alive (and so its entry in `LIVE`)
+        // while the scope can be entered; dropped last.
+        _runtime: Runtime,
     }
 
     impl<F> PinnedDrop for Scope<F> {
         fn drop(this: Pin<&mut Self>) {
             let this = this.project();
-            if !*this.finished {
-                *this.exit = Some(EnterScope::new(*this.id));
-            }
+            *this.exit = Some(EnterScope::new(*this.id));
         }
     }
 }
@@ -175,9 +187,7 @@ impl<F: Future> Future for Scope<F> {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
         let this = self.project();
         let _enter = EnterScope::new(*this.id);
-        let out = this.fut.poll(cx);
-        *this.finished = out.is_ready();
-        out
+        this.fut.poll(cx)
     }
 }
 
@@ -203,7 +213,9 @@ impl Drop for EnterScope {
 
 /// The runtime made current by [`Runtime::scope`] on this task, if any.
 pub(crate) fn scoped() -> Option<Runtime> {
-    CURRENT_RUNTIME.try_with(Runtime::clone).ok()
+    let id = scoped_id()?;
+    let live = LIVE.read().unwrap_or_else(PoisonError::into_inner);
+    live.get(&id).and_then(WeakRuntime::upgrade)
 }
 
 /// The id of the scoped runtime, without cloning it.

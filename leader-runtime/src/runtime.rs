@@ -54,6 +54,16 @@ pub struct Runtime {
     inner: Arc<Inner>,
 }
 
+/// A [`Runtime`] that may have been dropped.
+pub(crate) struct WeakRuntime(Weak<Inner>);
+
+impl WeakRuntime {
+    /// The runtime, if a handle to it is still alive.
+    pub(crate) fn upgrade(&self) -> Option<Runtime> {
+        self.0.upgrade().map(|inner| Runtime { inner })
+    }
+}
+
 /// Owner of the shared state; dropping it stops the elections.
 struct Inner {
     id: u64,
@@ -84,6 +94,7 @@ impl Shared {
 
 impl Drop for Inner {
     fn drop(&mut self) {
+        crate::global::forget_runtime(self.id);
         self.shared.ctx.stop.cancel();
         self.shared.tasks.close();
     }
@@ -142,12 +153,20 @@ impl Runtime {
             .spawn_notices(notice_sink(Arc::downgrade(&shared)));
         let config = &shared.ctx.config;
         tracing::debug!(instance = %config.instance_id, ?config, "leader runtime started");
-        Ok(Self {
+        let runtime = Self {
             inner: Arc::new(Inner {
                 id: NEXT_RUNTIME_ID.fetch_add(1, Ordering::Relaxed),
                 shared,
             }),
-        })
+        };
+        crate::global::register_runtime(&runtime);
+        Ok(runtime)
+    }
+
+    /// A handle that does not keep this runtime alive (the registry of
+    /// live runtimes holds these).
+    pub(crate) fn downgrade(&self) -> WeakRuntime {
+        WeakRuntime(Arc::downgrade(&self.inner))
     }
 
     /// A process-unique id of this runtime (keys per-call-site caches).
