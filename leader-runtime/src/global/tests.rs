@@ -140,3 +140,17 @@ async fn a_scope_dropped_in_thread_local_teardown_is_seen_by_both_lookups() {
     assert_eq!(*dropped.lock().unwrap(), [ids(&rt)]);
     rt.shutdown().await;
 }
+
+/// The registry the free functions look the scoped runtime up in holds no
+/// runtime alive, and forgets one when its last handle goes (processes that
+/// start and stop runtimes, as tests do, do not grow it).
+#[tokio::test(start_paused = true)]
+async fn a_dropped_runtime_leaves_the_registry() {
+    let rt = instance(&MemoryBackend::new(), "a");
+    let (id, weak) = (rt.id(), rt.downgrade());
+    let registered = || super::LIVE.read().unwrap().contains_key(&id);
+    assert!(registered());
+    drop(rt);
+    assert!(weak.upgrade().is_none(), "the registry kept the runtime alive");
+    assert!(!registered());
+}
