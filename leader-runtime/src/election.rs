@@ -170,6 +170,9 @@ impl Election {
         // its time, not with a notice or a request.
         let mut next_close = false;
         loop {
+            // Taken here: a sit-out or a cooldown below moves the attempt
+            // off its due time.
+            let close = std::mem::take(&mut next_close);
             // Out of the race, a group is not one this instance could take.
             self.count_campaign(self.group.control.eligible());
             if !self.group.control.eligible() {
@@ -216,7 +219,6 @@ impl Election {
             self.group.counters.acquire_attempt();
             metrics::acquire_attempt(&self.group.name);
             let ttl = self.ctx.config.ttl;
-            let close = std::mem::take(&mut next_close);
             // Batched with the attempts of this runtime's other groups due
             // at the same instant (one script call per hash slot).
             let result = self
@@ -275,10 +277,9 @@ impl Election {
                     match pttl {
                         // Try again right when it expires; a release
                         // notice wakes us sooner.
-                        Some(pttl) if notices_up || pttl <= retry => Expiry {
-                            earliest: asked + pttl,
-                            latest: received + pttl,
-                        },
+                        Some(pttl) if notices_up || pttl <= retry => {
+                            Expiry::lease(asked + pttl, received + pttl)
+                        }
                         Some(_) | None => Expiry::at(received + retry),
                     }
                 }

@@ -476,6 +476,9 @@ struct Attempt {
     ttl: Duration,
     /// A close attempt (see [`Due::close`]).
     close: bool,
+    /// When the election handed it over: its call timeout runs from about
+    /// then (`send_attempts` keeps a retry within it).
+    queued: Instant,
     reply: oneshot::Sender<Result<Asked>>,
 }
 
@@ -494,23 +497,41 @@ pub(crate) struct Expiry {
     pub(crate) earliest: Instant,
     /// The answer's arrival plus the pttl: it has expired by then.
     pub(crate) latest: Instant,
+    /// A lease found held (its holder may have stopped renewing), not a
+    /// retry of our own after a failed call or a pause: only its close
+    /// attempts are [`Due::close`].
+    pub(crate) lease: bool,
 }
 
 /// When a follower's next attempt is due ([`AttemptBatcher::follow_at`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Due {
     pub(crate) at: Instant,
-    /// A close attempt (on the fine grid, at a lease about to expire): its
-    /// batch goes without a quiet period (see [`Wait::prompt`]).
+    /// A close attempt (on the fine grid, at a lease found held that is
+    /// about to expire: its holder stopped renewing): its batch goes
+    /// without a quiet period (see [`Wait::prompt`]). Never a retry's
+    /// ([`Expiry::at`]): those come in the steady state too (a paused
+    /// group, every retry interval), where the quiet period saves calls.
     pub(crate) close: bool,
 }
 
 impl Expiry {
+    /// The expiry of a lease found held: a pttl counted from when the call
+    /// went (`earliest`) and from when its answer came (`latest`).
+    pub(crate) fn lease(earliest: Instant, latest: Instant) -> Self {
+        Self {
+            earliest,
+            latest,
+            lease: true,
+        }
+    }
+
     /// An instant known exactly (a retry, or a time of our own choosing).
     pub(crate) fn at(t: Instant) -> Self {
         Self {
             earliest: t,
             latest: t,
+            lease: false,
         }
     }
 }
@@ -634,7 +655,7 @@ impl AttemptBatcher {
         let spread = self.spread.hash_one(step) % u64::from(spread_ms.max(1));
         Due {
             at: on_grid + Duration::from_millis(spread),
-            close,
+            close: close && expiry.lease,
         }
     }
 
@@ -664,6 +685,7 @@ impl AttemptBatcher {
             id: id.to_owned(),
             ttl,
             close,
+            queued: Instant::now(),
             reply,
         };
         let stopped = || Error::backend(group, "the attempt batcher has stopped");
@@ -716,11 +738,17 @@ async fn run_attempts(
 }
 
 /// An attempt that finds the lease with at most this long left is made
-/// again by the batcher once that has passed, in one call with the others
-/// of its chunk that did, instead of being answered (see [`send_attempts`]).
+/// again by the batcher once that has passed, instead of being answered
+/// (see [`send_attempts`]).
 pub(crate) const PROMPT_RETRY: Duration = Duration::from_millis(50);
 
-/// One backend call for `chunk` (same id, ttl and slot), answering each attempt.
+/// The attempts made again whose expiries lie within this of the first
+/// one's go in one call, at the last of them: wider, a lease waits longer
+/// after its expiry; narrower, more calls.
+const RETRY_WAVE: Duration = Duration::from_millis(5);
+
+/// One backend call for `chunk` (same id, ttl and slot), answering each
+/// attempt; and one more call for each wave of attempts made again.
 ///
 /// A close attempt (`follow_at`) goes at the earliest the lease can expire,
 /// which lies before the true expiry by however long the script that
@@ -728,49 +756,92 @@ pub(crate) const PROMPT_RETRY: Duration = Duration::from_millis(50);
 /// attempts arrive together). Answered then, the election would try again
 /// on the attempt grid: up to `ATTEMPT_STEP + ATTEMPT_SPREAD` and a batch's
 /// quiet period later, a third of a 20 × 5,000 crash's failover
-/// (BENCHMARKS.md). So the attempts found with at most [`PROMPT_RETRY`] left
-/// are made once more here, together, a millisecond after the longest of
-/// those pttls has passed (counted from the answer's arrival: never before
-/// the expiry Redis answered). Once only, and only while the second call
-/// still has three quarters of `call_timeout`; an election that stopped
-/// waiting meanwhile is left out. It is the same `acquire` again: the script
-/// decides as always, so this changes when a follower asks, never who may
-/// win; the two calls count as one attempt of the election.
+/// (BENCHMARKS.md). So an attempt found with at most [`PROMPT_RETRY`] left
+/// is made once more here, a millisecond after that has passed (counted
+/// from the answer's arrival: never before the expiry Redis answered),
+/// together with those whose expiries follow within [`RETRY_WAVE`]; only
+/// when that second call goes within a quarter of `call_timeout` of the
+/// election's handing the attempt over (so three quarters are left for
+/// it), and not for an election that stopped waiting meanwhile. It is the
+/// same `acquire` again: the script decides as always, so this changes when
+/// a follower asks, never who may win; the two calls count as one attempt
+/// of the election, whose view of a win counts from before both. The other
+/// answers of the chunk are delivered at once.
 async fn send_attempts(backend: Backend, chunk: Vec<Attempt>, call_timeout: Duration) {
     let (id, ttl) = (chunk[0].id.clone(), chunk[0].ttl);
-    let budget = Instant::now() + call_timeout / 4;
-    let mut chunk = chunk;
-    for round in 0..2 {
-        let groups: Vec<(&str, &GroupKeys)> = chunk.iter().map(|r| (&*r.group, &r.keys)).collect();
-        let asked = Instant::now();
-        let answers = backend.acquire_many(&id, ttl, &groups).await;
-        drop(groups);
-        let received = Instant::now();
-        let mut again = Vec::new();
-        let mut retry_at = received;
-        for (r, answer) in chunk.into_iter().zip(answers) {
-            match answer {
-                Ok(Acquire::Held {
-                    pttl: Some(pttl), ..
-                }) if round == 0 && pttl <= PROMPT_RETRY && received + pttl <= budget => {
-                    retry_at = retry_at.max(received + pttl);
-                    again.push(r);
-                }
-                answer => {
-                    let _ = r.reply.send(answer.map(|answer| (answer, asked)));
-                }
+    let (received, answered) = call_attempts(&backend, &id, ttl, chunk).await;
+    let mut again = Vec::new();
+    for (r, answer, asked) in answered {
+        // When to ask again (a wave goes up to `RETRY_WAVE` after it).
+        let retry_at = match answer {
+            Ok(Acquire::Held {
+                pttl: Some(pttl), ..
+            }) if pttl <= PROMPT_RETRY => Some(received + pttl + Duration::from_millis(1)),
+            _ => None,
+        };
+        match retry_at {
+            Some(at) if at + RETRY_WAVE <= r.queued + call_timeout / 4 => again.push((at, r)),
+            _ => {
+                let _ = r.reply.send(answer.map(|answer| (answer, asked)));
             }
         }
-        if again.is_empty() {
-            return;
-        }
-        tokio::time::sleep_until(retry_at + Duration::from_millis(1)).await;
-        again.retain(|r| !r.reply.is_closed());
-        if again.is_empty() {
-            return;
-        }
-        chunk = again;
     }
+    again.sort_by_key(|(at, _)| *at);
+    let mut again = again.into_iter().peekable();
+    while let Some((first, r)) = again.next() {
+        let (mut at, mut wave) = (first, vec![r]);
+        while let Some((next, r)) = again.next_if(|(next, _)| *next <= first + RETRY_WAVE) {
+            at = next;
+            wave.push(r);
+        }
+        tokio::spawn(retry_attempts(backend.clone(), id.clone(), ttl, at, wave));
+    }
+}
+
+/// The second call of [`send_attempts`]: `wave` at `at`, each attempt
+/// answered as it comes.
+async fn retry_attempts(
+    backend: Backend,
+    id: String,
+    ttl: Duration,
+    at: Instant,
+    mut wave: Vec<Attempt>,
+) {
+    tokio::time::sleep_until(at).await;
+    wave.retain(|r| !r.reply.is_closed());
+    if wave.is_empty() {
+        return;
+    }
+    let (_, answered) = call_attempts(&backend, &id, ttl, wave).await;
+    for (r, answer, asked) in answered {
+        let _ = r.reply.send(answer.map(|answer| (answer, asked)));
+    }
+}
+
+/// One `acquire_many` call for `attempts`: each with its answer (an error
+/// for a group the reply left out) and when the call went; and when the
+/// reply came.
+async fn call_attempts(
+    backend: &Backend,
+    id: &str,
+    ttl: Duration,
+    attempts: Vec<Attempt>,
+) -> (Instant, Vec<(Attempt, Result<Acquire>, Instant)>) {
+    let groups: Vec<(&str, &GroupKeys)> = attempts.iter().map(|r| (&*r.group, &r.keys)).collect();
+    let asked = Instant::now();
+    let mut answers = backend.acquire_many(id, ttl, &groups).await.into_iter();
+    drop(groups);
+    let received = Instant::now();
+    let answered = attempts
+        .into_iter()
+        .map(|r| {
+            let answer = answers
+                .next()
+                .unwrap_or_else(|| Err(Error::backend(&r.group, "no answer for this group")));
+            (r, answer, asked)
+        })
+        .collect();
+    (received, answered)
 }
 
 fn protocol_err(group: &str, reply: &Value) -> Error {
@@ -885,18 +956,12 @@ mod tests {
         let within = |at: Instant, from: Instant, by: Duration| {
             assert!(at >= from && at <= from + by, "{:?} after", at - from);
         };
-        let late = Expiry {
-            earliest: now + ms(2_000),
-            latest: now + ms(2_060),
-        };
+        let late = Expiry::lease(now + ms(2_000), now + ms(2_060));
         let close = ATTEMPT_STEP + ATTEMPT_SPREAD;
         within(led.follow_at(late).at, late.earliest, close);
         within(unbatched.follow_at(late).at, late.earliest, ATTEMPT_SPREAD);
         // The earliest's grid point passed: by the latest.
-        let passed = Expiry {
-            earliest: now - ms(15),
-            latest: now + ms(30),
-        };
+        let passed = Expiry::lease(now - ms(15), now + ms(30));
         within(led.follow_at(passed).at, passed.latest, close);
         within(
             unbatched.follow_at(passed).at,
@@ -904,17 +969,11 @@ mod tests {
             ATTEMPT_SPREAD,
         );
         // The earliest passed, its grid point not (5 ms ahead): that point.
-        let just = Expiry {
-            earliest: now - ms(1),
-            latest: now + ms(30),
-        };
+        let just = Expiry::lease(now - ms(1), now + ms(30));
         within(led.follow_at(just).at, now + ms(5), ATTEMPT_SPREAD);
         // Far ahead: the latest's early grid point (16 s after the start;
         // the earliest's would be 15.75 s), back by the lead.
-        let far = Expiry {
-            earliest: now + ms(14_950),
-            latest: now + ms(15_010),
-        };
+        let far = Expiry::lease(now + ms(14_950), now + ms(15_010));
         within(
             led.follow_at(far).at,
             now + ms(14_995) - lead,
@@ -925,6 +984,81 @@ mod tests {
         assert_eq!(close_ones, [true; 3]);
         assert!(!led.follow_at(far).close);
         assert!(!unbatched.follow_at(late).close);
+        // A retry (after a failed call, a pause) as close is not: those
+        // come in the steady state, where the quiet period saves calls.
+        let retry = Expiry::at(late.earliest);
+        within(led.follow_at(retry).at, late.earliest, close);
+        assert!(!led.follow_at(retry).close);
+    }
+
+    /// Attempts answered with a few ms left are made again right after
+    /// those, each wave of expiries at its own time (not all at the chunk's
+    /// longest), while the other answers of the chunk are delivered at once;
+    /// an election that stopped waiting is left out, and none is made a
+    /// third time.
+    #[tokio::test(start_paused = true)]
+    async fn attempts_made_again_go_in_waves_and_the_rest_are_answered_at_once() {
+        let ms = Duration::from_millis;
+        let mem = crate::MemoryBackend::new();
+        // Held by an instance that never renews: `soon` for 5 ms, `later`
+        // for 40, `gone` for 20 (its election stops waiting); `free` is not.
+        let leases = [("soon", 5), ("later", 40), ("gone", 20), ("free", 0)];
+        let start = Instant::now();
+        let mut chunk = Vec::new();
+        let mut answers = Vec::new();
+        for (group, left) in leases {
+            if left > 0 {
+                mem.overwrite("leader", group, "x", ms(left));
+            }
+            let (reply, answer) = oneshot::channel();
+            chunk.push(Attempt {
+                group: group.to_owned(),
+                keys: GroupKeys::new("leader", group),
+                id: "b".to_owned(),
+                ttl: ms(1_000),
+                close: true,
+                queued: start,
+                reply,
+            });
+            if group == "gone" {
+                drop(answer);
+                continue;
+            }
+            // Each answer with when it came.
+            answers.push(tokio::spawn(async move {
+                let (answer, _) = answer.await.unwrap().unwrap();
+                (group, answer, Instant::now() - start)
+            }));
+        }
+        tokio::spawn(send_attempts(
+            Backend::Memory(mem.clone()),
+            chunk,
+            ms(1_000),
+        ));
+        // After the first call: x takes `soon` again for 30 ms, so its
+        // retry at 6 ms finds it held with less than `PROMPT_RETRY` left.
+        tokio::time::sleep(ms(1)).await;
+        mem.overwrite("leader", "soon", "x", ms(30));
+        let mut answered = Vec::new();
+        for answer in answers {
+            answered.push(answer.await.unwrap());
+        }
+        let won = |a: &Acquire| matches!(a, Acquire::Won { .. });
+        let [(_, soon, soon_at), (_, later, later_at), (_, free, free_at)] = &answered[..] else {
+            panic!("{answered:?}");
+        };
+        assert!(won(free) && *free_at == ms(0), "{answered:?}");
+        assert!(
+            matches!(soon, Acquire::Held { .. }) && *soon_at == ms(6),
+            "{answered:?}"
+        );
+        assert!(won(later) && *later_at == ms(41), "{answered:?}");
+        let gone = mem.holder("gone", &GroupKeys::new("leader", "gone"));
+        assert_eq!(
+            gone.unwrap(),
+            None,
+            "taken for an election that stopped waiting"
+        );
     }
 
     #[tokio::test(start_paused = true)]

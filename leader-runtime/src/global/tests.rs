@@ -151,6 +151,9 @@ async fn a_dropped_runtime_leaves_the_registry() {
     let registered = || super::LIVE.read().unwrap().contains_key(&id);
     assert!(registered());
     drop(rt);
-    assert!(weak.upgrade().is_none(), "the registry kept the runtime alive");
+    assert!(
+        weak.upgrade().is_none(),
+        "the registry kept the runtime alive"
+    );
     assert!(!registered());
 }
