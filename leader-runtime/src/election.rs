@@ -300,7 +300,10 @@ impl Election {
             if !self.wait(due.at, true).await {
                 return None;
             }
-            next_close = due.close && Instant::now() >= due.at;
+            // Close only when the wait ended at its time: after a release
+            // notice (several may come together, and a share grace may
+            // follow) the attempt gathers with the quiet period.
+            next_close = due.close && !self.noticed && Instant::now() >= due.at;
             if self.noticed {
                 // Another instance held the group and released it.
                 self.taking_back = None;

@@ -1,5 +1,5 @@
-//! Which runtime is current: the one [`Runtime::scope`] made current on
-//! this task, else the process-wide one behind the free functions (set by
+//! Which runtime is current: the one whose [`Runtime::scope`] future is
+//! being polled (or dropped) on this thread, else the process-wide one behind the free functions (set by
 //! [`init`], or from the environment on first use).
 
 use std::cell::Cell;
@@ -148,7 +148,7 @@ impl Runtime {
     /// ```
     pub fn scope<F: Future>(&self, fut: F) -> impl Future<Output = F::Output> {
         Scope {
-            fut,
+            fut: Some(fut),
             id: self.id(),
             exit: None,
             _runtime: self.clone(),
@@ -158,12 +158,15 @@ impl Runtime {
 
 pin_project! {
     /// [`Runtime::scope`]'s future: `SCOPED_ID` set while it is polled, and
-    /// while it is dropped, so that the future's destructors run in the
+    /// while the future is dropped, so that its destructors run in the
     /// scope too (a cancelled body's gated calls and free functions go to
-    /// this runtime, as they did while it ran).
+    /// this runtime, as they did while it ran). A future that finished is
+    /// dropped at once, in the scope (as tokio's task-local future does):
+    /// what it still holds (a gated future's admission, which a drain
+    /// waits for) goes when it finishes, not when the caller drops this.
     struct Scope<F> {
         #[pin]
-        fut: F,
+        fut: Option<F>,
         id: u64,
         // Set by `drop`; dropped after `fut`, so `fut` drops inside.
         exit: Option<EnterScope>,
@@ -175,7 +178,9 @@ pin_project! {
     impl<F> PinnedDrop for Scope<F> {
         fn drop(this: Pin<&mut Self>) {
             let this = this.project();
-            *this.exit = Some(EnterScope::new(*this.id));
+            if this.fut.is_some() {
+                *this.exit = Some(EnterScope::new(*this.id));
+            }
         }
     }
 }
@@ -185,9 +190,19 @@ impl<F: Future> Future for Scope<F> {
 
     #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
-        let this = self.project();
+        let mut this = self.project();
         let _enter = EnterScope::new(*this.id);
-        this.fut.poll(cx)
+        let Some(fut) = this.fut.as_mut().as_pin_mut() else {
+            // A broken `Future` contract (polled again once ready): there
+            // is no output to give, so it never completes again.
+            tracing::error!("a `Runtime::scope` future was polled after it completed");
+            return Poll::Pending;
+        };
+        let out = fut.poll(cx);
+        if out.is_ready() {
+            this.fut.set(None);
+        }
+        out
     }
 }
 
@@ -211,7 +226,8 @@ impl Drop for EnterScope {
     }
 }
 
-/// The runtime made current by [`Runtime::scope`] on this task, if any.
+/// The runtime whose [`Runtime::scope`] future is being polled or dropped on
+/// this thread, if any.
 pub(crate) fn scoped() -> Option<Runtime> {
     let id = scoped_id()?;
     let live = LIVE.read().unwrap_or_else(PoisonError::into_inner);

@@ -1002,7 +1002,18 @@ mod tests {
         let mem = crate::MemoryBackend::new();
         // Held by an instance that never renews: `soon` for 5 ms, `later`
         // for 40, `gone` for 20 (its election stops waiting); `free` is not.
-        let leases = [("soon", 5), ("later", 40), ("gone", 20), ("free", 0)];
+        // `later2` for 43, in `later`'s wave (41 to 46 ms); `stale` for 10
+        // ms, but handed over a quarter of the call timeout ago: no time
+        // for a second call.
+        let leases = [
+            ("soon", 5),
+            ("later", 40),
+            ("later2", 43),
+            ("stale", 10),
+            ("gone", 20),
+            ("free", 0),
+        ];
+        let timeout = ms(1_000);
         let start = Instant::now();
         let mut chunk = Vec::new();
         let mut answers = Vec::new();
@@ -1017,7 +1028,11 @@ mod tests {
                 id: "b".to_owned(),
                 ttl: ms(1_000),
                 close: true,
-                queued: start,
+                queued: if group == "stale" {
+                    start - timeout / 4
+                } else {
+                    start
+                },
                 reply,
             });
             if group == "gone" {
@@ -1030,11 +1045,7 @@ mod tests {
                 (group, answer, Instant::now() - start)
             }));
         }
-        tokio::spawn(send_attempts(
-            Backend::Memory(mem.clone()),
-            chunk,
-            ms(1_000),
-        ));
+        tokio::spawn(send_attempts(Backend::Memory(mem.clone()), chunk, timeout));
         // After the first call: x takes `soon` again for 30 ms, so its
         // retry at 6 ms finds it held with less than `PROMPT_RETRY` left.
         tokio::time::sleep(ms(1)).await;
@@ -1044,15 +1055,18 @@ mod tests {
             answered.push(answer.await.unwrap());
         }
         let won = |a: &Acquire| matches!(a, Acquire::Won { .. });
-        let [(_, soon, soon_at), (_, later, later_at), (_, free, free_at)] = &answered[..] else {
+        let held = |a: &Acquire| matches!(a, Acquire::Held { .. });
+        let [(_, soon, soon_at), (_, later, later_at), (_, later2, later2_at), (_, stale, stale_at), (_, free, free_at)] =
+            &answered[..]
+        else {
             panic!("{answered:?}");
         };
         assert!(won(free) && *free_at == ms(0), "{answered:?}");
-        assert!(
-            matches!(soon, Acquire::Held { .. }) && *soon_at == ms(6),
-            "{answered:?}"
-        );
-        assert!(won(later) && *later_at == ms(41), "{answered:?}");
+        assert!(held(stale) && *stale_at == ms(0), "{answered:?}");
+        assert!(held(soon) && *soon_at == ms(6), "{answered:?}");
+        // One wave, at its last expiry.
+        assert!(won(later) && *later_at == ms(44), "{answered:?}");
+        assert!(won(later2) && *later2_at == ms(44), "{answered:?}");
         let gone = mem.holder("gone", &GroupKeys::new("leader", "gone"));
         assert_eq!(
             gone.unwrap(),
