@@ -207,6 +207,12 @@ fn gate<M: Measurement + 'static>(c: &mut Criterion<M>) {
         b.to_async(&s.tokio)
             .iter(|| rt.scope(scoped_follower(black_box(7))))
     });
+    // The free function inside the scope: it looks the scoped runtime up
+    // (compare with `plain` above, the scope alone).
+    g.bench_function("is_leader", |b| {
+        b.to_async(&s.tokio)
+            .iter(|| rt.scope(async { leader_runtime::is_leader(black_box("bench-lead")) }))
+    });
     g.finish();
 }
 
