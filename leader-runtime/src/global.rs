@@ -1,6 +1,7 @@
 //! Which runtime is current: the one whose [`Runtime::scope`] future is
-//! being polled (or dropped) on this thread, else the process-wide one behind the free functions (set by
-//! [`init`], or from the environment on first use).
+//! being polled (or dropped) on this thread, else the process-wide one
+//! behind the free functions (set by [`init`], or from the environment on
+//! first use).
 
 use std::cell::Cell;
 use std::collections::BTreeMap;
@@ -149,9 +150,8 @@ impl Runtime {
     pub fn scope<F: Future>(&self, fut: F) -> impl Future<Output = F::Output> {
         Scope {
             fut: Some(fut),
-            id: self.id(),
             exit: None,
-            _runtime: self.clone(),
+            runtime: self.clone(),
         }
     }
 }
@@ -167,19 +167,18 @@ pin_project! {
     struct Scope<F> {
         #[pin]
         fut: Option<F>,
-        id: u64,
         // Set by `drop`; dropped after `fut`, so `fut` drops inside.
         exit: Option<EnterScope>,
-        // Keeps the runtime `id` names alive (and so its entry in `LIVE`)
-        // while the scope can be entered; dropped last.
-        _runtime: Runtime,
+        // Dropped last: alive (and so its entry in `LIVE`) while its id
+        // can be in `SCOPED_ID`.
+        runtime: Runtime,
     }
 
     impl<F> PinnedDrop for Scope<F> {
         fn drop(this: Pin<&mut Self>) {
             let this = this.project();
             if this.fut.is_some() {
-                *this.exit = Some(EnterScope::new(*this.id));
+                *this.exit = Some(EnterScope::new(this.runtime.id()));
             }
         }
     }
@@ -191,7 +190,7 @@ impl<F: Future> Future for Scope<F> {
     #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
         let mut this = self.project();
-        let _enter = EnterScope::new(*this.id);
+        let _enter = EnterScope::new(this.runtime.id());
         let Some(fut) = this.fut.as_mut().as_pin_mut() else {
             // A broken `Future` contract (polled again once ready): there
             // is no output to give, so it never completes again.

@@ -482,6 +482,14 @@ struct Attempt {
     reply: oneshot::Sender<Result<Asked>>,
 }
 
+impl Attempt {
+    /// Give the election its answer, from the call sent at `asked` (an
+    /// election that stopped waiting no longer listens).
+    fn answer(self, answer: Result<Acquire>, asked: Instant) {
+        let _ = self.reply.send(answer.map(|answer| (answer, asked)));
+    }
+}
+
 /// An attempt's answer, and when its call went to the backend.
 pub(crate) type Asked = (Acquire, Instant);
 
@@ -769,9 +777,9 @@ const RETRY_WAVE: Duration = Duration::from_millis(5);
 /// answers of the chunk are delivered at once.
 async fn send_attempts(backend: Backend, chunk: Vec<Attempt>, call_timeout: Duration) {
     let (id, ttl) = (chunk[0].id.clone(), chunk[0].ttl);
-    let (received, answered) = call_attempts(&backend, &id, ttl, chunk).await;
+    let (asked, received, answered) = call_attempts(&backend, &id, ttl, chunk).await;
     let mut again = Vec::new();
-    for (r, answer, asked) in answered {
+    for (r, answer) in answered {
         // When to ask again (a wave goes up to `RETRY_WAVE` after it).
         let retry_at = match answer {
             Ok(Acquire::Held {
@@ -781,9 +789,7 @@ async fn send_attempts(backend: Backend, chunk: Vec<Attempt>, call_timeout: Dura
         };
         match retry_at {
             Some(at) if at + RETRY_WAVE <= r.queued + call_timeout / 4 => again.push((at, r)),
-            _ => {
-                let _ = r.reply.send(answer.map(|answer| (answer, asked)));
-            }
+            _ => r.answer(answer, asked),
         }
     }
     again.sort_by_key(|(at, _)| *at);
@@ -812,21 +818,21 @@ async fn retry_attempts(
     if wave.is_empty() {
         return;
     }
-    let (_, answered) = call_attempts(&backend, &id, ttl, wave).await;
-    for (r, answer, asked) in answered {
-        let _ = r.reply.send(answer.map(|answer| (answer, asked)));
+    let (asked, _, answered) = call_attempts(&backend, &id, ttl, wave).await;
+    for (r, answer) in answered {
+        r.answer(answer, asked);
     }
 }
 
-/// One `acquire_many` call for `attempts`: each with its answer (an error
-/// for a group the reply left out) and when the call went; and when the
-/// reply came.
+/// One `acquire_many` call for `attempts`: when the call went, when its
+/// reply came, and each attempt with its answer (an error for a group the
+/// reply left out).
 async fn call_attempts(
     backend: &Backend,
     id: &str,
     ttl: Duration,
     attempts: Vec<Attempt>,
-) -> (Instant, Vec<(Attempt, Result<Acquire>, Instant)>) {
+) -> (Instant, Instant, Vec<(Attempt, Result<Acquire>)>) {
     let groups: Vec<(&str, &GroupKeys)> = attempts.iter().map(|r| (&*r.group, &r.keys)).collect();
     let asked = Instant::now();
     let mut answers = backend.acquire_many(id, ttl, &groups).await.into_iter();
@@ -838,10 +844,10 @@ async fn call_attempts(
             let answer = answers
                 .next()
                 .unwrap_or_else(|| Err(Error::backend(&r.group, "no answer for this group")));
-            (r, answer, asked)
+            (r, answer)
         })
         .collect();
-    (received, answered)
+    (asked, received, answered)
 }
 
 fn protocol_err(group: &str, reply: &Value) -> Error {
