@@ -15,6 +15,9 @@ use std::time::{Duration, Instant};
 use leader_runtime::{Config, Fenced, Runtime};
 use leader_testkit::RedisServer;
 
+mod common;
+use common::machine;
+
 fn flag(name: &str, default: usize) -> usize {
     let args: Vec<String> = std::env::args().collect();
     args.iter()
@@ -36,20 +39,6 @@ fn summary(name: &str, samples: &mut [f64]) -> String {
         at(0.99),
         mean
     )
-}
-
-fn machine() -> String {
-    let model = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|c| {
-            c.lines()
-                .find_map(|l| l.strip_prefix("model name"))
-                .map(|m| m.trim_start_matches([' ', '\t', ':']).to_owned())
-        })
-        .unwrap_or_default();
-    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
-    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    format!("{cpus} cpus, {model}, loadavg {}", load.trim())
 }
 
 #[tokio::main(flavor = "current_thread")]

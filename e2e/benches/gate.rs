@@ -23,6 +23,8 @@ use criterion::{Criterion, Throughput};
 use leader_runtime::{leader_only, Config, MemoryBackend, Runtime};
 use nix::time::{clock_gettime, ClockId};
 
+mod common;
+
 const TTL: Duration = Duration::from_secs(3600);
 const RENEW: Duration = Duration::from_secs(600);
 
@@ -275,6 +277,8 @@ impl ValueFormatter for Nanos {
 /// default; with `BENCH_CLOCK=thread-cpu` it measures the benchmarking
 /// thread's CPU time instead (for a machine busy with other work).
 fn main() {
+    // For the record (BENCHMARKS.md wants the CPU model of every figure).
+    eprintln!("machine: {}", common::machine());
     let cpu = std::env::var("BENCH_CLOCK").is_ok_and(|v| v == "thread-cpu");
     if cpu {
         let mut c = criterion()

@@ -336,20 +336,26 @@ pub fn summary(name: &str, samples: &mut [f64]) -> String {
 pub const SUMMARY_HEADER: &str =
     "| measure (ms) | rounds | min | median | p99 | max |\n| --- | --- | --- | --- | --- | --- |";
 
-/// The machine, for the record: cores, CPU model, load.
+/// The machine, for the record: cores, CPU model (with its family and
+/// model numbers: one model name covers several generations on cloud
+/// guests), load.
 pub fn machine() -> String {
     let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
-    let model = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|c| {
-            c.lines()
-                .find_map(|l| l.strip_prefix("model name"))
-                .map(|m| m.trim_start_matches([' ', '\t', ':']).to_owned())
-        })
-        .unwrap_or_default();
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    // The first CPU's value of `key` ("model name\t: AMD EPYC").
+    let field = |key: &str| {
+        cpuinfo
+            .lines()
+            .find_map(|l| {
+                let (k, v) = l.split_once(':')?;
+                (k.trim() == key).then(|| v.trim().to_owned())
+            })
+            .unwrap_or_default()
+    };
+    let (model, family, number) = (field("model name"), field("cpu family"), field("model"));
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     format!(
-        "{cpus} cpus, {model}, loadavg {}",
+        "{cpus} cpus, {model} (family {family} model {number}), loadavg {}",
         load.split_whitespace()
             .take(3)
             .collect::<Vec<_>>()
