@@ -425,17 +425,25 @@
 //!   until just after it (on a 10 ms grid); plus up to 5 ms that each
 //!   instance draws per grid step; `retry_interval` paces retries only when that knowledge
 //!   is missing (after an error, or while the notice connection is down).
-//!   So a follower *asks* at most 15 ms after a crashed leader's lease
-//!   expires, plus the few ms its batch stays open on Redis for attempts
-//!   that come a little late (4 ms without a new one, at most a quarter of
-//!   the call timeout), and a graceful handover takes one round trip. With
-//!   many groups per instance the last group's new view begins later than
-//!   that: on a 2-core machine, 20 instances × 1,000 groups with one
-//!   leader were re-elected within 42–87 ms (p99) of the expiry, × 5,000
-//!   within 0.24–0.46 s (BENCHMARKS.md, "Crash failover at a common
-//!   expiry"); with balanced leadership, where a crash frees one share,
-//!   20 × 5,000 within 20–47 ms ("Crash failover with balanced
-//!   leadership");
+//!   On Redis (unless leadership is balanced, or the renew interval is too
+//!   short to tell a missed renewal from a late one), the early attempt
+//!   comes about half a renew interval before that, and when it finds that
+//!   the holder missed a renewal it names this follower the group's
+//!   *heir*: the heir asks at the expiry, the other followers 200 ms later,
+//!   so a crash costs Redis one take-over per lease rather than one attempt
+//!   per follower. An attempt that comes a few ms before the expiry (the
+//!   answer it went by came late) is made again right after it.
+//!   So a follower (the heir, where there is one) *asks* at most 15 ms
+//!   after a crashed leader's lease expires, and a graceful handover takes
+//!   one round trip. With many groups per instance the last group's new
+//!   view begins later than that: on 2-core machines with 20 instances ×
+//!   5,000 groups on one Redis, a crash of the one leader of all 5,000 (it
+//!   renews them at ten phases, so they expire in waves of about 500) had
+//!   every group re-elected within 14–36 ms (p99) of its lease's expiry on
+//!   AMD EPYC guests, and 47–55 ms on an Intel Xeon guest (Emerald Rapids;
+//!   a build before the last of these changes); with balanced leadership,
+//!   where a crash frees one share, within 12–18 ms (BENCHMARKS.md, "A
+//!   fleet on one Redis");
 //! - the renewals of one instance that fall due together (on its renew
 //!   phase) go to Redis as one
 //!   `renew_many` call, and its follower attempts that fall due together as
