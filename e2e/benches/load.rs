@@ -43,7 +43,13 @@
 //! per group re-elected after the (last) crash: the group's index, its
 //! lease's expiry, Redis's grant time (the token), the view's start (all ns
 //! of `CLOCK_MONOTONIC`) and the winner's instance index — a wave's
-//! timeline, for analysis.
+//! timeline, for analysis. With `LOAD_CALL_DUMP=<file>` as well, every
+//! instance appends a line per follower `acquire_many` call to that file
+//! (`leader_e2e::transitions`: instance, attempts, close attempts, and when
+//! the first was handed over, the call sent and answered): a group's
+//! take-over is the winner's call whose send and answer enclose the grant,
+//! and a retry is a call sent well after its hand-over (BENCHMARKS.md,
+//! "What they wait for").
 //!
 //! `rebalance`: two balanced instance processes; `i0` leads every group
 //! alone, `i1` joins (the time until it leads its share), then `i1` stops

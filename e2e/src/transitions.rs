@@ -9,6 +9,14 @@
 //! broadcast event or the `on_elected` callback, which can come much later
 //! on a busy host: after the release already reached Redis and the next
 //! leader was elected).
+//!
+//! With `LOAD_CALL_DUMP=<file>` in the environment, the layer also appends
+//! one line per follower `acquire_many` call to that file (the runtime's
+//! DEBUG event `acquire_many call answered`), each in one write, so the
+//! processes of a fleet can share the file: `<instance> <attempts> <close>
+//! <handed_over_ns> <sent_ns> <answered_ns>`, times in
+//! [`monotonic_now_ns`] (the first attempt's hand-over to the batcher, the
+//! call's send and its answer).
 
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
@@ -71,12 +79,75 @@ where
     S: tracing::Subscriber + for<'a> LookupSpan<'a>,
 {
     Transitions.with_filter(filter_fn(|m| {
-        m.target().starts_with("leader_runtime") && *m.level() <= tracing::Level::INFO
+        m.target().starts_with("leader_runtime")
+            && (*m.level() <= tracing::Level::INFO
+                || (m.target() == CALLS_TARGET && call_dump().is_some()))
     }))
 }
 
 /// See [`layer`].
 pub struct Transitions;
+
+/// Where the runtime logs each attempt call.
+const CALLS_TARGET: &str = "leader_runtime::backend::batch";
+
+/// The file of `LOAD_CALL_DUMP`, opened once (for appending).
+fn call_dump() -> Option<&'static Mutex<std::fs::File>> {
+    static DUMP: std::sync::OnceLock<Option<Mutex<std::fs::File>>> = std::sync::OnceLock::new();
+    DUMP.get_or_init(|| {
+        let path = std::env::var_os("LOAD_CALL_DUMP")?;
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path);
+        file.ok().map(Mutex::new)
+    })
+    .as_ref()
+}
+
+/// The fields of an `acquire_many call answered` event.
+#[derive(Default)]
+struct CallFields {
+    instance: Option<String>,
+    counts: HashMap<&'static str, u64>,
+}
+
+impl tracing::field::Visit for CallFields {
+    fn record_u64(&mut self, field: &tracing::field::Field, value: u64) {
+        self.counts.insert(field.name(), value);
+    }
+
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        if field.name() == "instance" {
+            self.instance = Some(value.to_owned());
+        }
+    }
+
+    fn record_debug(&mut self, _: &tracing::field::Field, _: &dyn std::fmt::Debug) {}
+}
+
+/// Append one attempt call to the `LOAD_CALL_DUMP` file (see the module docs).
+fn dump_call(event: &tracing::Event<'_>, answered_ns: u64) {
+    let Some(dump) = call_dump() else { return };
+    let mut fields = CallFields::default();
+    event.record(&mut fields);
+    let field = |name| fields.counts.get(name).copied();
+    let (Some(instance), Some(attempts), Some(close), Some(queued_us), Some(took_us)) = (
+        fields.instance.as_deref(),
+        field("attempts"),
+        field("close"),
+        field("queued_us"),
+        field("took_us"),
+    ) else {
+        return;
+    };
+    let sent_ns = answered_ns.saturating_sub(took_us * 1_000);
+    let handed_over_ns = sent_ns.saturating_sub(queued_us * 1_000);
+    let line = format!("{instance} {attempts} {close} {handed_over_ns} {sent_ns} {answered_ns}\n");
+    use std::io::Write;
+    let mut file = dump.lock().unwrap_or_else(PoisonError::into_inner);
+    let _ = file.write_all(line.as_bytes());
+}
 
 #[derive(Default)]
 struct Fields {
@@ -125,6 +196,12 @@ where
 
     fn on_event(&self, event: &tracing::Event<'_>, ctx: Context<'_, S>) {
         let at = monotonic_now_ns();
+        if event.metadata().target() == CALLS_TARGET
+            && *event.metadata().level() > tracing::Level::INFO
+        {
+            dump_call(event, at);
+            return;
+        }
         let mut fields = Fields::default();
         event.record(&mut fields);
         let (Some(message), Some(token)) = (fields.message, fields.token) else {

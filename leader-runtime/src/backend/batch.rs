@@ -826,7 +826,10 @@ async fn retry_attempts(
 
 /// One `acquire_many` call for `attempts`: when the call went, when its
 /// reply came, and each attempt with its answer (an error for a group the
-/// reply left out).
+/// reply left out). Each call is a DEBUG event as its reply comes (what a
+/// crash wave's take-overs wait for, BENCHMARKS.md): how many attempts,
+/// how many close, how long since the first was handed over, how long the
+/// call took.
 async fn call_attempts(
     backend: &Backend,
     id: &str,
@@ -838,6 +841,16 @@ async fn call_attempts(
     let mut answers = backend.acquire_many(id, ttl, &groups).await.into_iter();
     drop(groups);
     let received = Instant::now();
+    // Evaluated only when the event is enabled.
+    let first_queued = || attempts.iter().map(|a| a.queued).min().unwrap_or(asked);
+    tracing::debug!(
+        instance = id,
+        attempts = attempts.len(),
+        close = attempts.iter().filter(|a| a.close).count(),
+        queued_us = asked.saturating_duration_since(first_queued()).as_micros() as u64,
+        took_us = received.saturating_duration_since(asked).as_micros() as u64,
+        "acquire_many call answered"
+    );
     let answered = attempts
         .into_iter()
         .map(|r| {
@@ -938,6 +951,53 @@ mod tests {
             at >= answered && at <= answered + ATTEMPT_STEP + ATTEMPT_SPREAD,
             "{:?}",
             at - answered
+        );
+    }
+
+    /// Each call is a DEBUG event with its size, its close attempts and its
+    /// timings: the chunk's call, then the retry of the attempt it found
+    /// a few ms early.
+    #[tokio::test(start_paused = true)]
+    async fn each_attempt_call_is_a_debug_event() {
+        let captured = crate::test_support::Captured::default();
+        let _capture = crate::test_support::capture_this_thread(&captured);
+        let ms = Duration::from_millis;
+        let mem = crate::MemoryBackend::new();
+        mem.overwrite("leader", "soon", "x", ms(5));
+        let queued = Instant::now();
+        // The call goes 3 ms after the attempts were handed over.
+        tokio::time::advance(ms(3)).await;
+        let mut chunk = Vec::new();
+        let mut answers = Vec::new();
+        for group in ["soon", "free"] {
+            let (reply, answer) = oneshot::channel();
+            chunk.push(Attempt {
+                group: group.to_owned(),
+                keys: GroupKeys::new("leader", group),
+                id: "b".to_owned(),
+                ttl: ms(1_000),
+                close: group == "soon",
+                queued,
+                reply,
+            });
+            answers.push(answer);
+        }
+        send_attempts(Backend::Memory(mem), chunk, ms(1_000)).await;
+        for answer in answers {
+            let (answer, _) = answer.await.unwrap().unwrap();
+            assert!(matches!(answer, Acquire::Won { .. }), "{answer:?}");
+        }
+        let calls = captured.lines("DEBUG", "acquire_many call answered");
+        assert_eq!(calls.len(), 2, "{calls:?}");
+        // `soon` had 2 ms left: asked again 1 ms after, 6 ms after the
+        // hand-over.
+        assert!(
+            calls[0].contains("attempts=2 close=1 queued_us=3000 took_us=0"),
+            "{calls:?}"
+        );
+        assert!(
+            calls[1].contains("attempts=1 close=1 queued_us=6000 took_us=0"),
+            "{calls:?}"
         );
     }
 
