@@ -904,6 +904,26 @@ mod tests {
         busy_max: Some(Duration::from_millis(1250)),
     };
 
+    /// Instance `b`'s attempt at `group` (ttl 1 s), handed over at
+    /// `queued`, and where its answer comes.
+    fn attempt_of_b(
+        group: &str,
+        close: bool,
+        queued: Instant,
+    ) -> (Attempt, oneshot::Receiver<Result<Asked>>) {
+        let (reply, answer) = oneshot::channel();
+        let attempt = Attempt {
+            group: group.to_owned(),
+            keys: GroupKeys::new("leader", group),
+            id: "b".to_owned(),
+            ttl: Duration::from_secs(1),
+            close,
+            queued,
+            reply,
+        };
+        (attempt, answer)
+    }
+
     #[test]
     fn the_wait_is_a_small_part_of_the_call_timeout() {
         assert_eq!(Wait::within(Duration::from_secs(5)), FULL);
@@ -970,16 +990,8 @@ mod tests {
         let mut chunk = Vec::new();
         let mut answers = Vec::new();
         for group in ["soon", "free"] {
-            let (reply, answer) = oneshot::channel();
-            chunk.push(Attempt {
-                group: group.to_owned(),
-                keys: GroupKeys::new("leader", group),
-                id: "b".to_owned(),
-                ttl: ms(1_000),
-                close: group == "soon",
-                queued,
-                reply,
-            });
+            let (attempt, answer) = attempt_of_b(group, group == "soon", queued);
+            chunk.push(attempt);
             answers.push(answer);
         }
         send_attempts(Backend::Memory(mem), chunk, ms(1_000)).await;
@@ -1087,20 +1099,13 @@ mod tests {
             if left > 0 {
                 mem.overwrite("leader", group, "x", ms(left));
             }
-            let (reply, answer) = oneshot::channel();
-            chunk.push(Attempt {
-                group: group.to_owned(),
-                keys: GroupKeys::new("leader", group),
-                id: "b".to_owned(),
-                ttl: ms(1_000),
-                close: true,
-                queued: if group == "stale" {
-                    start - timeout / 4
-                } else {
-                    start
-                },
-                reply,
-            });
+            let queued = if group == "stale" {
+                start - timeout / 4
+            } else {
+                start
+            };
+            let (attempt, answer) = attempt_of_b(group, true, queued);
+            chunk.push(attempt);
             if group == "gone" {
                 drop(answer);
                 continue;
