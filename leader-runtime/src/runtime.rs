@@ -279,6 +279,11 @@ impl Runtime {
     /// `None` when not leader. The first call naming a group waits for its
     /// first acquisition round (bounded by 1.5 × the call timeout).
     ///
+    /// `f` itself is called only once the run is admitted, inside it: a
+    /// follower never calls it, so work started in its synchronous part
+    /// (`|| tokio::spawn(job())`) is gated too (though a spawned task
+    /// outlives the run: a hand-over does not wait for it).
+    ///
     /// An invalid group name, or a runtime shut down, also gives `None`
     /// (fail closed); the first call with each invalid name logs an error,
     /// later ones log at debug level. To tell those apart from "not the
@@ -365,7 +370,9 @@ impl Runtime {
         if !self.is_running() {
             return Err(Error::ShutDown);
         }
-        Ok(admission::run(&group, false, f()).await)
+        // `f` is called inside the admitted body, never before the gate:
+        // its synchronous part may start work too (`|| tokio::spawn(job())`).
+        Ok(admission::run(&group, false, async move { f().await }).await)
     }
 
     /// Hand the lease of `group` to another instance: stop admitting gated

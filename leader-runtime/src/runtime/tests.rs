@@ -1,7 +1,9 @@
-//! `run_if_leader` and `try_run_if_leader` on names they cannot use.
+//! `run_if_leader` and `try_run_if_leader`: what runs where, and names
+//! they cannot use.
 
 use crate::test_support::{instance, paused_current_thread, Captured, G};
 use crate::{Error, MemoryBackend};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 #[tokio::test(start_paused = true)]
 async fn try_run_if_leader_tells_an_unusable_name_from_not_leading() {
@@ -29,6 +31,36 @@ async fn try_run_if_leader_tells_an_unusable_name_from_not_leading() {
     let err = a.try_run_if_leader(G, || async { 4 }).await.unwrap_err();
     assert!(matches!(err, Error::ShutDown), "{err:?}");
     assert_eq!(a.run_if_leader(G, || async { 4 }).await, None);
+}
+
+/// The closure is the body: a follower never calls it (its synchronous
+/// part could start work: `|| tokio::spawn(job())`), and on the leader it
+/// runs admitted, where `current_lease` answers.
+#[tokio::test(start_paused = true)]
+async fn run_if_leader_calls_the_closure_only_when_leading() {
+    let mem = MemoryBackend::new();
+    let (a, b) = (instance(&mem, "a"), instance(&mem, "b"));
+    assert!(a.run_if_leader(G, || async {}).await.is_some());
+    let called = AtomicBool::new(false);
+    let ran = b
+        .run_if_leader(G, || {
+            called.store(true, Ordering::SeqCst);
+            async {}
+        })
+        .await;
+    assert_eq!(ran, None);
+    assert!(
+        !called.load(Ordering::SeqCst),
+        "a follower called the closure"
+    );
+    let token = a
+        .try_run_if_leader(G, || {
+            let token = crate::current_lease().map(|l| l.token());
+            async move { token }
+        })
+        .await
+        .unwrap();
+    assert!(matches!(token, Some(Some(_))), "{token:?}");
 }
 
 #[test]
