@@ -25,10 +25,22 @@ pub(crate) fn redact_url(url: &str) -> String {
     let (head, rest) = url.split_at(scheme_end + 3);
     let mut out = String::with_capacity(url.len());
     out.push_str(head);
+    // A unix socket's rest that starts with `/` is a path
+    // (`redis+unix:///path`): an `@` there is in the path or query. Any
+    // other scheme's extra slashes are a typo (`redis:///u:pw@h`, which the
+    // URL parser takes, the redis crate then refuses, and its error shows):
+    // what follows them may still be a user info.
+    let unix = url[..scheme_end].to_ascii_lowercase().contains("unix");
+    let rest = if unix {
+        rest
+    } else {
+        let after = rest.trim_start_matches('/');
+        out.push_str(&rest[..rest.len() - after.len()]);
+        after
+    };
     // The user info ends at the *last* `@`: a password may hold `@`, `/`,
     // `?` or `#` unescaped (the URL parser then rejects the URL, and its
-    // error must not show it either). A rest that starts with `/` has no
-    // authority (`redis+unix:///path`): an `@` there is in the path or query.
+    // error must not show it either).
     let rest = match rest.rfind('@') {
         Some(at) if !rest.starts_with('/') => {
             let userinfo = &rest[..at];
@@ -191,6 +203,17 @@ mod tests {
     fn password_with_question_mark_or_hash() {
         redacts("redis://u:a?s3cret@h:1", "redis://u:***@h:1");
         redacts("rediss://u:a#s3cret@h:1", "rediss://u:***@h:1");
+    }
+
+    /// Extra slashes after the scheme (a typo the URL parser accepts, the
+    /// redis crate refuses with an error that shows the URL).
+    #[test]
+    fn password_after_extra_slashes() {
+        redacts("redis:///:s3cret@h:1", "redis:///:***@h:1");
+        redacts("rediss:///u:s3cret@h:1", "rediss:///u:***@h:1");
+        redacts("redis:////s3cret@h:1/0", "redis:////***@h:1/0");
+        let text = redact_text("no route to redis:///u:s3cret@h");
+        assert!(!text.contains(SECRET), "{text}");
     }
 
     #[test]
