@@ -60,7 +60,7 @@ pub(crate) struct Connection {
     /// The key prefix of the fleet (the library's `key_prefix`).
     #[arg(long, global = true, default_value = leader_runtime::DEFAULT_KEY_PREFIX)]
     prefix: String,
-    /// How long to wait for each answer from Redis, in seconds (at most a day).
+    /// How long to wait for each answer from Redis, in seconds (at most 6 hours).
     #[arg(long, global = true, value_name = "SECONDS", default_value = "2", value_parser = timeout_seconds)]
     timeout: Duration,
 }
@@ -114,8 +114,9 @@ fn seconds(s: &str) -> Result<Duration, String> {
 }
 
 /// Longest `--timeout`: any longer is no timeout, and the lease timings
-/// derived from it (`4 × timeout`) stay far from overflowing.
-const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
+/// derived from it (a ttl of `4 × timeout`) stay within the library's
+/// longest ttl, a day.
+const MAX_TIMEOUT: Duration = Duration::from_secs(6 * 3600);
 
 /// Longest `--wait`: scripts pass a huge number for "as long as it takes";
 /// a year is that, and `now + wait` cannot overflow an `Instant`.
@@ -126,7 +127,7 @@ fn timeout_seconds(s: &str) -> Result<Duration, String> {
     match seconds(s)? {
         d if d.is_zero() => Err("must be more than 0 seconds".to_owned()),
         d if d > MAX_TIMEOUT => Err(format!(
-            "must be at most a day ({} seconds)",
+            "must be at most 6 hours ({} seconds)",
             MAX_TIMEOUT.as_secs()
         )),
         d => Ok(d),
