@@ -432,7 +432,9 @@
 //!   *heir*: the heir asks at the expiry, the other followers 200 ms later,
 //!   so a crash costs Redis one take-over per lease rather than one attempt
 //!   per follower. An attempt that comes a few ms before the expiry (the
-//!   answer it went by came late) is made again right after it.
+//!   answer it went by came late) is made again right after it (by the
+//!   earliest it can expire, again up to three times while it still comes
+//!   early).
 //!   So a follower (the heir, where there is one) *asks* at most 15 ms
 //!   after a crashed leader's lease expires, and a graceful handover takes
 //!   one round trip. With many groups per instance the last group's new

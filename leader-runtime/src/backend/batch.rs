@@ -755,8 +755,13 @@ pub(crate) const PROMPT_RETRY: Duration = Duration::from_millis(50);
 /// after its expiry; narrower, more calls.
 const RETRY_WAVE: Duration = Duration::from_millis(5);
 
+/// How many times the batcher makes one attempt again (see
+/// [`send_attempts`]): a retry that still comes early is made again, up to
+/// this, then answered.
+const MAX_RETRIES: u32 = 3;
+
 /// One backend call for `chunk` (same id, ttl and slot), answering each
-/// attempt; and one more call for each wave of attempts made again.
+/// attempt; and more calls for each wave of attempts made again.
 ///
 /// A close attempt (`follow_at`) goes at the earliest the lease can expire,
 /// which lies before the true expiry by however long the script that
@@ -765,26 +770,52 @@ const RETRY_WAVE: Duration = Duration::from_millis(5);
 /// on the attempt grid: up to `ATTEMPT_STEP + ATTEMPT_SPREAD` and a batch's
 /// quiet period later, a third of a 20 × 5,000 crash's failover
 /// (BENCHMARKS.md). So an attempt found with at most [`PROMPT_RETRY`] left
-/// is made once more here, a millisecond after that has passed (counted
-/// from the answer's arrival: never before the expiry Redis answered),
-/// together with those whose expiries follow within [`RETRY_WAVE`]; only
-/// when that second call goes within a quarter of `call_timeout` of the
-/// election's handing the attempt over (so three quarters are left for
-/// it), and not for an election that stopped waiting meanwhile. It is the
-/// same `acquire` again: the script decides as always, so this changes when
-/// a follower asks, never who may win; the two calls count as one attempt
-/// of the election, whose view of a win counts from before both. The other
+/// is made again here, a millisecond after the earliest that can have
+/// passed (the call's sending plus the pttl: the reply may come long after
+/// the script ran, when Redis answers a burst of calls together or this
+/// process's threads are busy, and timed from its arrival the retry came
+/// that much after the expiry), together with those whose expiries follow
+/// within [`RETRY_WAVE`]. A retry that still comes early (its script ran
+/// later after the sending than the first call's) is answered the ms left
+/// and goes again by the same rule, up to [`MAX_RETRIES`] times. Each only
+/// while it goes within a quarter of `call_timeout` of the election's
+/// handing the attempt over (so three quarters are left for it), and not
+/// for an election that stopped waiting meanwhile. It is the same `acquire`
+/// again: the script decides as always, so this changes when a follower
+/// asks, never who may win; the calls count as one attempt of the
+/// election, whose view of a win counts from before them all. The other
 /// answers of the chunk are delivered at once.
 async fn send_attempts(backend: Backend, chunk: Vec<Attempt>, call_timeout: Duration) {
     let (id, ttl) = (chunk[0].id.clone(), chunk[0].ttl);
-    let (asked, received, answered) = call_attempts(&backend, &id, ttl, chunk).await;
+    let (asked, answered) = call_attempts(&backend, &id, ttl, chunk).await;
+    let mut again = answer_or_keep(answered, asked, call_timeout)
+        .into_iter()
+        .peekable();
+    while let Some((first, r)) = again.next() {
+        let (mut at, mut wave) = (first, vec![r]);
+        while let Some((next, r)) = again.next_if(|(next, _)| *next <= first + RETRY_WAVE) {
+            at = next;
+            wave.push(r);
+        }
+        let retry = retry_attempts(backend.clone(), id.clone(), ttl, at, wave, call_timeout);
+        tokio::spawn(retry);
+    }
+}
+
+/// Answers each of `answered` (from the call sent at `asked`), but for
+/// those found held with at most [`PROMPT_RETRY`] left, whose retry fits
+/// the budget: those come back with when to ask again, the soonest first.
+fn answer_or_keep(
+    answered: Vec<(Attempt, Result<Acquire>)>,
+    asked: Instant,
+    call_timeout: Duration,
+) -> Vec<(Instant, Attempt)> {
     let mut again = Vec::new();
     for (r, answer) in answered {
-        // When to ask again (a wave goes up to `RETRY_WAVE` after it).
         let retry_at = match answer {
             Ok(Acquire::Held {
                 pttl: Some(pttl), ..
-            }) if pttl <= PROMPT_RETRY => Some(received + pttl + Duration::from_millis(1)),
+            }) if pttl <= PROMPT_RETRY => Some(asked + pttl + Duration::from_millis(1)),
             _ => None,
         };
         match retry_at {
@@ -793,39 +824,44 @@ async fn send_attempts(backend: Backend, chunk: Vec<Attempt>, call_timeout: Dura
         }
     }
     again.sort_by_key(|(at, _)| *at);
-    let mut again = again.into_iter().peekable();
-    while let Some((first, r)) = again.next() {
-        let (mut at, mut wave) = (first, vec![r]);
-        while let Some((next, r)) = again.next_if(|(next, _)| *next <= first + RETRY_WAVE) {
-            at = next;
-            wave.push(r);
-        }
-        tokio::spawn(retry_attempts(backend.clone(), id.clone(), ttl, at, wave));
-    }
+    again
 }
 
-/// The second call of [`send_attempts`]: `wave` at `at`, each attempt
-/// answered as it comes.
+/// The retries of [`send_attempts`]: `wave` at `at`, each attempt answered
+/// as it comes; those that came early again go once more, together, at the
+/// last of their new times (their expiries lay within one wave).
 async fn retry_attempts(
     backend: Backend,
     id: String,
     ttl: Duration,
-    at: Instant,
+    mut at: Instant,
     mut wave: Vec<Attempt>,
+    call_timeout: Duration,
 ) {
-    tokio::time::sleep_until(at).await;
-    wave.retain(|r| !r.reply.is_closed());
-    if wave.is_empty() {
-        return;
-    }
-    let (asked, _, answered) = call_attempts(&backend, &id, ttl, wave).await;
-    for (r, answer) in answered {
-        r.answer(answer, asked);
+    for retry in 1..=MAX_RETRIES {
+        tokio::time::sleep_until(at).await;
+        wave.retain(|r| !r.reply.is_closed());
+        if wave.is_empty() {
+            return;
+        }
+        let (asked, answered) = call_attempts(&backend, &id, ttl, wave).await;
+        if retry == MAX_RETRIES {
+            for (r, answer) in answered {
+                r.answer(answer, asked);
+            }
+            return;
+        }
+        let again = answer_or_keep(answered, asked, call_timeout);
+        let Some(&(last, _)) = again.last() else {
+            return;
+        };
+        at = last;
+        wave = again.into_iter().map(|(_, r)| r).collect();
     }
 }
 
-/// One `acquire_many` call for `attempts`: when the call went, when its
-/// reply came, and each attempt with its answer (an error for a group the
+/// One `acquire_many` call for `attempts`: when the call went, and each
+/// attempt with its answer (an error for a group the
 /// reply left out). Each call is a DEBUG event as its reply comes (what a
 /// crash wave's take-overs wait for, BENCHMARKS.md): how many attempts,
 /// how many close, how long since the first was handed over, how long the
@@ -835,7 +871,7 @@ async fn call_attempts(
     id: &str,
     ttl: Duration,
     attempts: Vec<Attempt>,
-) -> (Instant, Instant, Vec<(Attempt, Result<Acquire>)>) {
+) -> (Instant, Vec<(Attempt, Result<Acquire>)>) {
     let groups: Vec<(&str, &GroupKeys)> = attempts.iter().map(|r| (&*r.group, &r.keys)).collect();
     let asked = Instant::now();
     let mut answers = backend.acquire_many(id, ttl, &groups).await.into_iter();
@@ -860,7 +896,7 @@ async fn call_attempts(
             (r, answer)
         })
         .collect();
-    (asked, received, answered)
+    (asked, answered)
 }
 
 fn protocol_err(group: &str, reply: &Value) -> Error {
@@ -1072,8 +1108,8 @@ mod tests {
     /// Attempts answered with a few ms left are made again right after
     /// those, each wave of expiries at its own time (not all at the chunk's
     /// longest), while the other answers of the chunk are delivered at once;
-    /// an election that stopped waiting is left out, and none is made a
-    /// third time.
+    /// an election that stopped waiting is left out, and one found early
+    /// again goes once more by its new answer.
     #[tokio::test(start_paused = true)]
     async fn attempts_made_again_go_in_waves_and_the_rest_are_answered_at_once() {
         let ms = Duration::from_millis;
@@ -1118,7 +1154,7 @@ mod tests {
         }
         tokio::spawn(send_attempts(Backend::Memory(mem.clone()), chunk, timeout));
         // After the first call: x takes `soon` again for 30 ms, so its
-        // retry at 6 ms finds it held with less than `PROMPT_RETRY` left.
+        // retry at 6 ms finds it held with 25 ms left: asked again at 32.
         tokio::time::sleep(ms(1)).await;
         mem.overwrite("leader", "soon", "x", ms(30));
         let mut answered = Vec::new();
@@ -1134,7 +1170,7 @@ mod tests {
         };
         assert!(won(free) && *free_at == ms(0), "{answered:?}");
         assert!(held(stale) && *stale_at == ms(0), "{answered:?}");
-        assert!(held(soon) && *soon_at == ms(6), "{answered:?}");
+        assert!(won(soon) && *soon_at == ms(32), "{answered:?}");
         // One wave, at its last expiry.
         assert!(won(later) && *later_at == ms(44), "{answered:?}");
         assert!(won(later2) && *later2_at == ms(44), "{answered:?}");
@@ -1144,6 +1180,59 @@ mod tests {
             None,
             "taken for an election that stopped waiting"
         );
+    }
+
+    /// A retry goes by the call's sending plus the pttl, not by the
+    /// answer's arrival: an answer that came 20 ms after the script ran
+    /// (as when Redis answers a burst together) would put it 20 ms after
+    /// the expiry.
+    #[tokio::test(start_paused = true)]
+    async fn a_retry_counts_from_the_call_not_from_its_answer() {
+        let ms = Duration::from_millis;
+        let mem = crate::MemoryBackend::new();
+        mem.overwrite("leader", "soon", "x", ms(30));
+        mem.delay_acquire_replies(Some(("b", ms(20))));
+        let start = Instant::now();
+        let (attempt, answer) = attempt_of_b("soon", true, start);
+        tokio::spawn(send_attempts(
+            Backend::Memory(mem.clone()),
+            vec![attempt],
+            ms(1_000),
+        ));
+        let (answer, asked) = answer.await.unwrap().unwrap();
+        assert!(matches!(answer, Acquire::Won { .. }), "{answer:?}");
+        // Asked again 1 ms after the expiry; its answer 20 ms later.
+        assert_eq!(asked - start, ms(31));
+        assert_eq!(Instant::now() - start, ms(51));
+        assert_eq!(mem.acquire_calls(), 2);
+    }
+
+    /// A lease whose holder keeps taking it back with a few ms left is
+    /// asked for at most `MAX_RETRIES` more times, then answered held.
+    #[tokio::test(start_paused = true)]
+    async fn an_attempt_is_made_again_at_most_max_retries_times() {
+        let ms = Duration::from_millis;
+        let mem = crate::MemoryBackend::new();
+        mem.overwrite("leader", "kept", "x", ms(20));
+        let holder = mem.clone();
+        tokio::spawn(async move {
+            for _ in 0..30 {
+                tokio::time::sleep(ms(10)).await;
+                holder.overwrite("leader", "kept", "x", ms(20));
+            }
+        });
+        let start = Instant::now();
+        let (attempt, answer) = attempt_of_b("kept", true, start);
+        tokio::spawn(send_attempts(
+            Backend::Memory(mem.clone()),
+            vec![attempt],
+            ms(1_000),
+        ));
+        let (answer, _) = answer.await.unwrap().unwrap();
+        assert!(matches!(answer, Acquire::Held { .. }), "{answer:?}");
+        assert_eq!(mem.acquire_calls(), 1 + u64::from(MAX_RETRIES));
+        // The calls at 0, 21, 41 and 61 ms.
+        assert_eq!(Instant::now() - start, ms(61));
     }
 
     #[tokio::test(start_paused = true)]
