@@ -11,7 +11,8 @@
 //! - is answered `READONLY` (the node was demoted to a replica: a write there
 //!   must never count as done), `NOREPLICAS` (a master with
 //!   `min-replicas-to-write` cut off from its replicas: likely replaced),
-//!   `MASTERDOWN` or `LOADING`,
+//!   `MASTERDOWN` or `LOADING` — also when a batched script returns the
+//!   refusal as one group's error text,
 //! - or is abandoned by its caller before the reply (the election's own
 //!   timeout: a hung master must not keep every later call waiting on it).
 //!
@@ -267,11 +268,7 @@ impl SentinelConn {
             Err(_) => {}
             // A pipeline (e.g. acquire + WAIT) carries errors in its replies.
             Ok(t) => {
-                let refused = replies(t).iter().find_map(|v| match v {
-                    Value::ServerError(e) if stale_server_error(e) => Some(e.code()),
-                    _ => None,
-                });
-                if let Some(code) = refused {
+                if let Some(code) = replies(t).iter().find_map(refusal) {
                     self.invalidate(generation, code);
                 }
             }
@@ -331,6 +328,26 @@ pub(crate) fn stale(e: &redis::RedisError) -> bool {
         || e.to_string().contains("READONLY")
 }
 
+/// Why `reply` says the node may not be the master any more, if it does:
+/// a stale server error, also inside an array, or a write a script caught
+/// with `pcall` and returned as one group's error text (`renew_many.lua`,
+/// `acquire_many.lua`: one string per refused group). Without this, a node
+/// demoted by hand (`REPLICAOF`, which does not disconnect clients as
+/// Sentinel does) kept the connection, every call refused, until it broke.
+fn refusal(reply: &Value) -> Option<&str> {
+    match reply {
+        Value::ServerError(e) if stale_server_error(e) => Some(e.code()),
+        Value::Array(items) => items.iter().find_map(refusal),
+        Value::BulkString(text) if text.starts_with(READONLY_WRITE.as_bytes()) => Some("READONLY"),
+        Value::SimpleString(text) if text.starts_with(READONLY_WRITE) => Some("READONLY"),
+        _ => None,
+    }
+}
+
+/// How Redis refuses a write on a replica (the whole text, so that a
+/// holder's id that happens to begin with `READONLY` is not taken for it).
+const READONLY_WRITE: &str = "READONLY You can't write against a read only replica";
+
 fn stale_server_error(e: &redis::ServerError) -> bool {
     matches!(
         e.code(),
@@ -375,7 +392,40 @@ impl ConnectionLike for SentinelConn {
 
 #[cfg(test)]
 mod tests {
+    use super::refusal;
     use crate::{Config, ConfigBuilder, Error};
+    use redis::Value;
+
+    /// A demoted node's refusal is found where a batched script puts it:
+    /// one group's error text inside the reply array.
+    #[test]
+    fn a_refused_write_inside_a_script_reply_is_a_refusal() {
+        let text = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        let refused = "READONLY You can't write against a read only replica.";
+        // acquire_many: [kind, detail, ...] per group; renew_many: one
+        // value per group.
+        let acquire = Value::Array(vec![
+            Value::Int(0),
+            text("b"),
+            Value::Int(-1),
+            text(refused),
+        ]);
+        assert_eq!(refusal(&acquire), Some("READONLY"));
+        let renew = Value::Array(vec![Value::Int(1), text(refused)]);
+        assert_eq!(refusal(&renew), Some("READONLY"));
+        // A pipeline's replies, nested.
+        assert_eq!(
+            refusal(&Value::Array(vec![renew, Value::Int(1)])),
+            Some("READONLY")
+        );
+        // A holder whose id begins so, and other groups' errors: not one.
+        let held = Value::Array(vec![
+            Value::Int(0),
+            text("READONLY-7"),
+            text("WRONGTYPE Operation"),
+        ]);
+        assert_eq!(refusal(&held), None);
+    }
 
     fn config_error(b: ConfigBuilder) -> (&'static str, String) {
         match b.build() {
