@@ -788,18 +788,14 @@ const MAX_RETRIES: u32 = 3;
 async fn send_attempts(backend: Backend, chunk: Vec<Attempt>, call_timeout: Duration) {
     let (id, ttl) = (chunk[0].id.clone(), chunk[0].ttl);
     let (asked, answered) = call_attempts(&backend, &id, ttl, chunk).await;
-    let mut again = answer_or_keep(answered, asked, call_timeout)
-        .into_iter()
-        .peekable();
-    while let Some((first, r)) = again.next() {
-        let (mut at, mut wave) = (first, vec![r]);
-        while let Some((next, r)) = again.next_if(|(next, _)| *next <= first + RETRY_WAVE) {
-            at = next;
-            wave.push(r);
-        }
-        let retry = retry_attempts(backend.clone(), id.clone(), ttl, at, wave, call_timeout);
-        tokio::spawn(retry);
-    }
+    let retry = Retry {
+        backend,
+        id,
+        ttl,
+        call_timeout,
+    };
+    let again = answer_or_keep(answered, asked, call_timeout);
+    retry.in_waves(again, MAX_RETRIES);
 }
 
 /// Answers each of `answered` (from the call sent at `asked`), but for
@@ -827,36 +823,49 @@ fn answer_or_keep(
     again
 }
 
-/// The retries of [`send_attempts`]: `wave` at `at`, each attempt answered
-/// as it comes; those that came early again go once more, together, at the
-/// last of their new times (their expiries lay within one wave).
-async fn retry_attempts(
+/// What the retries of one chunk share (see [`send_attempts`]).
+#[derive(Clone)]
+struct Retry {
     backend: Backend,
     id: String,
     ttl: Duration,
-    mut at: Instant,
-    mut wave: Vec<Attempt>,
     call_timeout: Duration,
-) {
-    for retry in 1..=MAX_RETRIES {
+}
+
+impl Retry {
+    /// `again` (sorted by when to ask) in waves: those within
+    /// [`RETRY_WAVE`] of a wave's first go at the last of them, each wave
+    /// on a task of its own; `left` retries each at most.
+    fn in_waves(&self, again: Vec<(Instant, Attempt)>, left: u32) {
+        let mut again = again.into_iter().peekable();
+        while let Some((first, r)) = again.next() {
+            let (mut at, mut wave) = (first, vec![r]);
+            while let Some((next, r)) = again.next_if(|(next, _)| *next <= first + RETRY_WAVE) {
+                at = next;
+                wave.push(r);
+            }
+            tokio::spawn(self.clone().wave(at, wave, left));
+        }
+    }
+
+    /// One retry of `wave` at `at`, each attempt answered as it comes, but
+    /// those that came early again (while retries are `left`), which go
+    /// once more in waves of their own.
+    async fn wave(self, at: Instant, mut wave: Vec<Attempt>, left: u32) {
         tokio::time::sleep_until(at).await;
         wave.retain(|r| !r.reply.is_closed());
         if wave.is_empty() {
             return;
         }
-        let (asked, answered) = call_attempts(&backend, &id, ttl, wave).await;
-        if retry == MAX_RETRIES {
+        let (asked, answered) = call_attempts(&self.backend, &self.id, self.ttl, wave).await;
+        if left <= 1 {
             for (r, answer) in answered {
                 r.answer(answer, asked);
             }
             return;
         }
-        let again = answer_or_keep(answered, asked, call_timeout);
-        let Some(&(last, _)) = again.last() else {
-            return;
-        };
-        at = last;
-        wave = again.into_iter().map(|(_, r)| r).collect();
+        let again = answer_or_keep(answered, asked, self.call_timeout);
+        self.in_waves(again, left - 1);
     }
 }
 
@@ -1108,8 +1117,8 @@ mod tests {
     /// Attempts answered with a few ms left are made again right after
     /// those, each wave of expiries at its own time (not all at the chunk's
     /// longest), while the other answers of the chunk are delivered at once;
-    /// an election that stopped waiting is left out, and one found early
-    /// again goes once more by its new answer.
+    /// an election that stopped waiting is left out, and one found with a
+    /// few ms left again (taken again meanwhile) goes once more by those.
     #[tokio::test(start_paused = true)]
     async fn attempts_made_again_go_in_waves_and_the_rest_are_answered_at_once() {
         let ms = Duration::from_millis;
@@ -1205,6 +1214,89 @@ mod tests {
         assert_eq!(asked - start, ms(31));
         assert_eq!(Instant::now() - start, ms(51));
         assert_eq!(mem.acquire_calls(), 2);
+    }
+
+    /// A retry whose script ran sooner after its sending than the first
+    /// call's did comes early again: answered the ms left, it goes once
+    /// more by those.
+    #[tokio::test(start_paused = true)]
+    async fn a_retry_that_comes_early_again_goes_once_more() {
+        let ms = Duration::from_millis;
+        let mem = crate::MemoryBackend::new();
+        mem.overwrite("leader", "soon", "x", ms(30));
+        // The first call's script runs 10 ms after its sending (pttl 20:
+        // asked again at 21), the later ones at once (at 21: 9 ms left).
+        mem.delay_acquire_runs(Some(("b", ms(10))));
+        let start = Instant::now();
+        let (attempt, answer) = attempt_of_b("soon", true, start);
+        tokio::spawn(send_attempts(
+            Backend::Memory(mem.clone()),
+            vec![attempt],
+            ms(1_000),
+        ));
+        tokio::time::sleep(ms(5)).await;
+        mem.delay_acquire_runs(None);
+        let (answer, asked) = answer.await.unwrap().unwrap();
+        assert!(matches!(answer, Acquire::Won { .. }), "{answer:?}");
+        assert_eq!(asked - start, ms(31));
+        assert_eq!(mem.acquire_calls(), 3);
+    }
+
+    /// Attempts of one wave that come early again by different amounts
+    /// go in waves of their own, each within its own budget, not all at
+    /// the last one's time.
+    #[tokio::test(start_paused = true)]
+    async fn attempts_early_again_split_into_waves_of_their_own() {
+        let ms = Duration::from_millis;
+        let mem = crate::MemoryBackend::new();
+        mem.overwrite("leader", "a", "x", ms(40));
+        mem.overwrite("leader", "b", "x", ms(42));
+        let start = Instant::now();
+        // `a` was handed over 30 ms ago: its budget (a quarter of 400 ms)
+        // ends at 70 ms.
+        let (a, a_answer) = attempt_of_b("a", true, start - ms(30));
+        let (b, b_answer) = attempt_of_b("b", true, start);
+        tokio::spawn(send_attempts(
+            Backend::Memory(mem.clone()),
+            vec![a, b],
+            ms(400),
+        ));
+        // Before the wave's retry at 43 ms, x takes both again: `a` until
+        // 49 ms, `b` until 89.
+        tokio::time::sleep(ms(42)).await;
+        mem.overwrite("leader", "a", "x", ms(7));
+        mem.overwrite("leader", "b", "x", ms(47));
+        let (a_won, a_asked) = a_answer.await.unwrap().unwrap();
+        let (b_won, b_asked) = b_answer.await.unwrap().unwrap();
+        assert!(matches!(a_won, Acquire::Won { .. }), "{a_won:?}");
+        assert!(matches!(b_won, Acquire::Won { .. }), "{b_won:?}");
+        assert_eq!(a_asked - start, ms(50));
+        assert_eq!(b_asked - start, ms(90));
+    }
+
+    /// An election that stops waiting between two retries is left out of
+    /// the next: its group is not taken for nobody.
+    #[tokio::test(start_paused = true)]
+    async fn an_election_gone_between_retries_is_left_out() {
+        let ms = Duration::from_millis;
+        let mem = crate::MemoryBackend::new();
+        mem.overwrite("leader", "gone", "x", ms(20));
+        let start = Instant::now();
+        let (attempt, answer) = attempt_of_b("gone", true, start);
+        tokio::spawn(send_attempts(
+            Backend::Memory(mem.clone()),
+            vec![attempt],
+            ms(1_000),
+        ));
+        // Taken again before the first retry (at 21 ms): asked again at 51.
+        tokio::time::sleep(ms(20)).await;
+        mem.overwrite("leader", "gone", "x", ms(30));
+        tokio::time::sleep(ms(10)).await;
+        drop(answer);
+        tokio::time::sleep(ms(100)).await;
+        assert_eq!(mem.acquire_calls(), 2, "a retry for nobody");
+        let holder = mem.holder("gone", &GroupKeys::new("leader", "gone"));
+        assert_eq!(holder.unwrap(), None);
     }
 
     /// A lease whose holder keeps taking it back with a few ms left is
