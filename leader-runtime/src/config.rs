@@ -249,7 +249,8 @@ impl ConfigBuilder {
     /// - **Failover.** The master is looked up (`SENTINEL MASTERS`, then
     ///   `ROLE` on the named node) when the first call needs it, and again
     ///   after any call on it failed, timed out, or was answered `READONLY`
-    ///   (the node was demoted): a lease operation never counts as done on a
+    ///   (the node was demoted), `NOREPLICAS`, `MASTERDOWN` or `LOADING`: a
+    ///   lease operation never counts as done on a
     ///   node that is not the master then. Sentinel itself disconnects every
     ///   client of a node it demotes. The release-notice subscription also
     ///   follows the master (it asks the sentinels every time it connects).
@@ -372,10 +373,11 @@ impl ConfigBuilder {
         self
     }
 
-    /// Longest wait for one backend call (default: the smaller of 2 s and
-    /// half of `ttl - renew_interval`). `renew_interval + call_timeout` must
-    /// fit inside `ttl` minus the drift margin, so a slow renew still lands
-    /// before the lease expires.
+    /// Longest wait for one backend call (default: the smallest of 2 s,
+    /// half of `ttl - renew_interval`, and 1 ms less than `ttl -
+    /// drift_margin - renew_interval`). `renew_interval + call_timeout`
+    /// must fit inside `ttl` minus the drift margin, so a slow renew still
+    /// lands before the lease expires.
     pub fn call_timeout(mut self, timeout: Duration) -> Self {
         self.call_timeout = Some(timeout);
         self
@@ -523,7 +525,7 @@ impl ConfigBuilder {
     /// | `renew_interval` | `ttl / 3` | 5 s |
     /// | `retry_interval` | the smaller of 2 s and `ttl / 3` | 2 s |
     /// | `drift_margin` | 1% of `ttl` + 2 ms | 152 ms |
-    /// | `call_timeout` | the smallest of 2 s, `(ttl - renew_interval) / 2` and `ttl - drift_margin - renew_interval` | 2 s |
+    /// | `call_timeout` | the smallest of 2 s, `(ttl - renew_interval) / 2` and `ttl - drift_margin - renew_interval` less 1 ms | 2 s |
     ///
     /// # Errors
     ///
@@ -607,9 +609,23 @@ impl ConfigBuilder {
         let room = ttl - drift_margin - renew_interval;
         let call_timeout = match self.call_timeout {
             Some(t) => t,
-            None => Duration::from_secs(2)
-                .min((ttl - renew_interval) / 2)
-                .min(room),
+            // Strictly inside the room (the check below is strict): a
+            // default on its edge failed that check, naming a field the
+            // user never set.
+            None => match room.checked_sub(Duration::from_millis(1)) {
+                Some(inside) if !inside.is_zero() => Duration::from_secs(2)
+                    .min((ttl - renew_interval) / 2)
+                    .min(inside),
+                _ => {
+                    return Err(Error::config(
+                        "renew_interval",
+                        format!(
+                            "leaves no time for a backend call before the lease ends \
+                             (ttl - drift_margin - renew_interval = {room:?})"
+                        ),
+                    ))
+                }
+            },
         };
         non_zero("call_timeout", call_timeout)?;
         // Saturating: an explicit `Duration::MAX` is an error, not a panic.
@@ -759,6 +775,16 @@ mod tests {
             "call_timeout"
         );
         assert_eq!(field_of(mem().call_timeout(Duration::ZERO)), "call_timeout");
+        // The default call timeout never fails the rule it derives from
+        // (it sat on its edge: a `call_timeout` error the user never set);
+        // with no room for a call at all, the renew interval is named.
+        let ms = Duration::from_millis;
+        let tight = mem().ttl(s(15)).renew_interval(ms(14_800)).build().unwrap();
+        assert_eq!(tight.call_timeout(), ms(47));
+        assert_eq!(
+            field_of(mem().ttl(s(15)).renew_interval(ms(14_847))),
+            "renew_interval"
+        );
         assert_eq!(field_of(mem().drift_margin(s(10))), "drift_margin");
         assert_eq!(field_of(mem().instance_id("")), "instance_id");
         assert_eq!(field_of(mem().instance_id("a\nb")), "instance_id");
