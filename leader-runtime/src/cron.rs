@@ -601,6 +601,8 @@ impl JobBuilder {
             cancel_on_loss: self.cancel_on_loss,
             offset,
             created: Utc::now() + offset,
+            claimer: u64::from(crate::jitter::random_u32()) << 32
+                | u64::from(crate::jitter::random_u32()),
             tried: Mutex::new(BTreeSet::new()),
             gaps: Mutex::new(Gaps::default()),
             claiming: tokio::sync::Mutex::new(()),
@@ -756,6 +758,12 @@ struct Shared {
     /// When the job was built: a job the backend has no decided tick of
     /// decides none before this.
     created: DateTime<Utc>,
+    /// This job object's id in its claims (random): the backend answers a
+    /// claim `ours` (a retry after a lost reply: run it) only to the object
+    /// that made it. A job built again (same name, same leader) has
+    /// another, and a fresh memory of decided ticks: without it, the tick
+    /// its predecessor last ran was `ours` to it and ran twice.
+    claimer: u64,
     /// Ticks (unix ms) this instance got a decision for; the latest
     /// [`LOOK_BACK_TICKS`] of them.
     tried: Mutex<BTreeSet<i64>>,
@@ -1014,6 +1022,7 @@ impl Shared {
                         .timestamp_millis()
                         .saturating_add(skew.num_milliseconds()),
                     created_ms: self.created.timestamp_millis(),
+                    claimer: self.claimer,
                     skip_overlap: self.overlap == Overlap::Skip,
                     busy_ttl: ctx.config.ttl,
                     history_len: self.history,

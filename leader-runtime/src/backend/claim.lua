@@ -6,6 +6,7 @@
 --            last         the latest tick decided (unix ms): every tick at or
 --                         before it ran, runs, or was recorded as not run
 --            claim        "<tick> <token>" of the latest tick claimed to run
+--            claimer      the id of the job object that claimed it
 --            since        unix ms (the claimer's clock) from which this
 --                         server process has every decision of the job
 --                         (0: all of them)
@@ -29,12 +30,15 @@
 -- ARGV[9]  when the job was built (unix ms, the claimer's clock): while the
 --          job key has no `last`, ticks before it are answered 'taken' and
 --          not recorded (ticks from before the job existed)
--- ARGV[10..] pairs: tick (unix ms), 'run', 'catch-up' or 'miss'; oldest
+-- ARGV[10] the claiming job object's id (decimal, drawn when it was built)
+-- ARGV[11..] pairs: tick (unix ms), 'run', 'catch-up' or 'miss'; oldest
 --          first, at most one 'run' or 'catch-up' and that one last
 -- returns  {'lost'}  the lease is not ours (holder or token differ): nothing written
 --          else one word per tick:
 --            'claimed'  ours to run now
---            'ours'     we claimed it before (a retry after a lost reply)
+--            'ours'     this job object claimed it before (a retry after a
+--                       lost reply; not a job built again under the same
+--                       leadership, which would run it twice)
 --            'taken'    decided before (run or recorded) by someone, or
 --                       before the job was built and nothing decided yet
 --            'refused'  this server process cannot vouch that nobody ran it
@@ -64,7 +68,7 @@ local now = server_now()
 local run = this_run()
 local token, clock = ARGV[2], ARGV[3]
 
-local f = redis.call('HMGET', KEYS[3], 'last', 'claim', 'since', 'since_token', 'run', 'busy', 'busy_until')
+local f = redis.call('HMGET', KEYS[3], 'last', 'claim', 'since', 'since_token', 'run', 'busy', 'busy_until', 'claimer')
 local last, claim = tonumber(f[1]), f[2]
 local since, since_token = tonumber(f[3]) or 0, f[4]
 local marked = redis.call('HGET', KEYS[2], KEYS[3])
@@ -94,7 +98,7 @@ end
 
 local created = last == nil and tonumber(ARGV[9]) or nil
 local out = {}
-for i = 10, #ARGV - 1, 2 do
+for i = 11, #ARGV - 1, 2 do
   local tick, mode = ARGV[i], ARGV[i + 1]
   local t = tonumber(tick)
   local runs = mode == 'run' or mode == 'catch-up'
@@ -103,7 +107,7 @@ for i = 10, #ARGV - 1, 2 do
   -- lost reply. Once later ticks were decided (skipped while it ran), it
   -- ran: a plan that reaches it again (after a run of more than the
   -- look-back) must not run it twice.
-  if runs and claim == tick .. ' ' .. token and last and t == last then
+  if runs and claim == tick .. ' ' .. token and f[8] == ARGV[10] and last and t == last then
     r = 'ours'
   elseif t == nil or (last and t <= last) or (created and t < created) then
     r = 'taken'
@@ -124,7 +128,8 @@ for i = 10, #ARGV - 1, 2 do
     else
       r = 'claimed'
       claim = tick .. ' ' .. token
-      redis.call('HSET', KEYS[3], 'claim', claim)
+      f[8] = ARGV[10]
+      redis.call('HSET', KEYS[3], 'claim', claim, 'claimer', ARGV[10])
       if ARGV[4] == 'skip' then
         busy = claim
         redis.call('HSET', KEYS[3], 'busy', busy,

@@ -66,6 +66,10 @@ pub(crate) struct ClaimRequest<'a> {
     /// When the job was built (unix ms, the claimer's clock): a job record
     /// without a decided tick decides no tick before it.
     pub(crate) created_ms: i64,
+    /// Which job object claims (drawn when it was built): a claim is
+    /// answered `ours` only for the object that made it, never for a job
+    /// built again under the same leadership; see `claim.lua`.
+    pub(crate) claimer: u64,
     pub(crate) ticks: &'a [(i64, Mode)],
 }
 

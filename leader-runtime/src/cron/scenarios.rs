@@ -93,6 +93,7 @@ pub(super) async fn claim_rules(rt: &Runtime) {
                 floor_ms: 0,
                 restore_floor_ms: 0,
                 created_ms: t,
+                claimer: 7,
                 ticks: &ticks,
             };
             backend.cron_claim(&req).await.unwrap().unwrap()

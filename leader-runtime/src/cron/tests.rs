@@ -350,6 +350,7 @@ async fn a_claim_whose_reply_was_lost_is_ours_on_retry() {
         floor_ms: 0,
         restore_floor_ms: 0,
         created_ms: 0,
+        claimer: job.claimer,
         ticks: &ticks,
     };
     let answer = a.cron_ctx().backend.cron_claim(&req).await.unwrap();
@@ -362,6 +363,30 @@ async fn a_claim_whose_reply_was_lost_is_ours_on_retry() {
     let other = recording(every_second("tick"), &b, &ran, at(t, 0));
     other.fire_at(at(t, 900)).await;
     assert_eq!(ran.lock().unwrap().len(), 1);
+}
+
+/// A job built again on the same leader (dropped and rebuilt, same name)
+/// does not run the tick its predecessor ran: that claim was the other
+/// object's, not a retry of its own. (Before: answered `ours`, it ran the
+/// tick a second time.)
+#[tokio::test(start_paused = true)]
+async fn a_job_built_again_does_not_run_its_predecessors_tick() {
+    let mem = MemoryBackend::new();
+    let a = instance(&mem, "a");
+    assert!(a.run_if_leader(G, || async {}).await.is_some());
+    let ran = Ran::default();
+    let t = base();
+    let first = skewed(&a, 0, &ran, at(t - 1, 0));
+    first.fire_at(at(t - 1, 100)).await;
+    first.fire_at(at(t, 100)).await;
+    assert_eq!(ids(&ran), [format!("tick:{}", t * 1000)]);
+    drop(first);
+    let again = skewed(&a, 0, &ran, at(t - 1, 0));
+    again.fire_at(at(t, 300)).await;
+    assert_eq!(ids(&ran), [format!("tick:{}", t * 1000)]);
+    // Its own next tick runs.
+    again.fire_at(at(t + 1, 100)).await;
+    assert_eq!(ran.lock().unwrap().len(), 2);
 }
 
 /// The lease is taken away on the server while our view still looks

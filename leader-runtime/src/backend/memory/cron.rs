@@ -31,6 +31,8 @@ impl CronData {
 struct Job {
     last: Option<i64>,
     claim: Option<(i64, u64)>,
+    /// The job object that made `claim`.
+    claimer: Option<u64>,
     since: i64,
     since_token: Option<u64>,
     /// The server process that set `since`; `None` before any claim.
@@ -97,7 +99,10 @@ impl MemoryBackend {
             let refused = tick < job.since && job.since_token != Some(req.token);
             let busy = req.skip_overlap && job.busy.is_some();
             // As claim.lua: ours only while still the newest decided tick.
-            let r = if mode.runs() && job.claim == Some((tick, req.token)) && job.last == Some(tick)
+            let r = if mode.runs()
+                && job.claim == Some((tick, req.token))
+                && job.claimer == Some(req.claimer)
+                && job.last == Some(tick)
             {
                 Claimed::Ours
             } else if job.last.is_some_and(|last| tick <= last)
@@ -119,6 +124,7 @@ impl MemoryBackend {
                     Claimed::Busy
                 } else {
                     job.claim = Some((tick, req.token));
+                    job.claimer = Some(req.claimer);
                     if req.skip_overlap {
                         job.busy = Some((busy_mark(tick, req.token), now + req.busy_ttl));
                     }

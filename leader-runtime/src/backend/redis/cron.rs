@@ -47,7 +47,8 @@ impl RedisBackend {
             .arg(req.history_len.max(1))
             .arg(req.floor_ms)
             .arg(req.restore_floor_ms)
-            .arg(req.created_ms);
+            .arg(req.created_ms)
+            .arg(req.claimer.to_string());
         for &(tick, mode) in req.ticks {
             inv.arg(tick).arg(mode.word());
         }
