@@ -136,8 +136,11 @@
 //! one for gated functions called inside a future.
 //!
 //! The repository's `examples/` run as they are: `quickstart` (three
-//! instances in one process, no Redis), `programmatic` (every function),
-//! `cron`, `health` (HTTP `/health` and `/ready`), `metrics` (Prometheus).
+//! instances in one process, no Redis), `programmatic` ([`init`],
+//! [`subscribe`], [`run_if_leader`], [`current_lease`], [`is_leader`],
+//! [`leader_id`], [`step_down`], [`stats`] and [`shutdown`], beside a second
+//! instance as an explicit [`Runtime`]), `cron`, `health` (HTTP `/health` and
+//! `/ready`), `metrics` (Prometheus).
 //!
 //! # The attribute
 //!
@@ -349,7 +352,7 @@
 //! group (`UPDATE fences SET token = $t WHERE name = $g AND token <= $t`),
 //! which holds that row's lock until commit, and roll back if it matched
 //! nothing. `examples/fenced_postgres.rs` runs this with sqlx
-//! (`cargo run --example fenced_postgres`).
+//! (`cargo run --example fenced_postgres --features postgres`).
 //!
 //! **Other stores.** Anything with a conditional write can be fenced the same
 //! way: keep the last token beside the data and write only if yours is not

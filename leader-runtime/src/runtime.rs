@@ -596,9 +596,13 @@ impl Runtime {
     /// - `false` while following: stop making acquire attempts. A group never
     ///   used before is registered ineligible, so its first use does not
     ///   campaign.
-    /// - `true`: campaign again right away (this also ends a step-down's
-    ///   cooldown). On a group never used it does nothing: groups are eligible
-    ///   by default.
+    /// - `true` after `false`: campaign again right away. Leaving the race
+    ///   and coming back also ends a step-down's cooldown: after
+    ///   [`step_down`](Self::step_down), `false` then `true` puts the
+    ///   instance back in the race at once, not after the cooldown.
+    /// - `true` while the group is eligible already: it stays in the race,
+    ///   and a step-down's cooldown goes on (only `false` first ends it). On
+    ///   a group never used it does nothing: groups are eligible by default.
     ///
     /// [`status`](Self::status) shows the flag.
     ///
