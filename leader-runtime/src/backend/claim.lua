@@ -58,7 +58,9 @@
 -- of the saved key's last claim (if it still leads, it remembers what it ran
 -- itself since). A missing job key is new, or was lost with the lease
 -- record: then the new leader's view began after a safe start, and the
--- leader never looks back before that (see cron.rs).
+-- leader never looks back before that (see cron.rs). A job key missing
+-- while the record carries its mark was lost on its own (eviction, a DEL):
+-- ticks before ARGV[8] are refused to everyone.
 if redis.replicate_commands then redis.replicate_commands() end
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {'lost'} end
 local rec, err = read_record(KEYS[2])
@@ -82,10 +84,14 @@ elseif f[5] ~= run then
     -- Only the leader of the saved claim, if it still leads, may look back.
     since = tonumber(ARGV[8]) or 0
     since_token = claim and string.match(claim, ' (%d+)$') or ''
-  else
-    -- New (or lost with the lease record: the leader's own start bounds
-    -- its look-back then).
+  elseif f[1] or f[2] then
+    -- Written before `run` was kept: its decisions are all here.
     since, since_token = 0, ''
+  else
+    -- Gone while the record still carries its mark (a new job key is never
+    -- marked): evicted or deleted on its own, with every decision in it.
+    -- As after a restore, but nobody may look back (its claim is gone too).
+    since, since_token = tonumber(ARGV[8]) or 0, ''
   end
   redis.call('HSET', KEYS[3], 'since', string.format('%d', since), 'since_token', since_token, 'run', run)
 end

@@ -64,6 +64,18 @@ async fn claim_rules_on_redis() {
 }
 
 #[tokio::test]
+async fn a_lost_job_key_on_redis() {
+    let server = warm_server().await;
+    let rt = instance(&server, "a");
+    until_leader(&rt).await;
+    let server = &server;
+    scenarios::a_lost_job_key(&rt, |key| async move {
+        server.cmd(&["DEL", &key]).await.unwrap();
+    })
+    .await;
+}
+
+#[tokio::test]
 async fn dst_on_redis() {
     let server = warm_server().await;
     let rt = instance(&server, "a");

@@ -65,6 +65,49 @@ async fn outcomes(rt: &Runtime, name: &str) -> Vec<(i64, Outcome)> {
     runs
 }
 
+/// A job key lost on its own (evicted, deleted) while the lease record
+/// keeps its mark: a tick it had run is not run again (before: the claim
+/// trusted every tick, as for a new job, and ran it twice); `lose` loses
+/// the key.
+pub(super) async fn a_lost_job_key<F, Fut>(rt: &Runtime, lose: F)
+where
+    F: FnOnce(String) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    use crate::backend::cron::{ClaimRequest, Claimed, JobKeys, Mode};
+    assert!(rt.run_if_leader(G, || async {}).await.is_some());
+    let token = rt.status()[0].token.unwrap();
+    let keys = JobKeys::new("leader", G, "lost");
+    let backend = &rt.cron_ctx().backend;
+    let t = base() * 1000;
+    let ticks = [(t, Mode::Run)];
+    let claim = |claimer: u64| {
+        let req = ClaimRequest {
+            group: G,
+            keys: &keys,
+            id: rt.instance_id(),
+            token,
+            clock_ms: t,
+            skip_overlap: false,
+            busy_ttl: Duration::from_secs(60),
+            history_len: 20,
+            floor_ms: 0,
+            // The claimer's clock plus the skew: after the tick.
+            restore_floor_ms: t + 1_000,
+            created_ms: t - 60_000,
+            claimer,
+            ticks: &ticks,
+        };
+        async move { backend.cron_claim(&req).await.unwrap().unwrap() }
+    };
+    assert_eq!(claim(7).await, [Claimed::New]);
+    lose(keys.job.clone()).await;
+    // A job object that has not decided the tick (another instance's, or
+    // one built again) asks for it: refused, recorded as missed.
+    assert_eq!(claim(8).await, [Claimed::Refused]);
+    assert_eq!(claim(8).await, [Claimed::Taken]);
+}
+
 /// The claim's rules for a new job and for catch-ups, asked directly: a
 /// job with no decided tick decides none before it was built (answered
 /// `taken`, not recorded); a catch-up (`Mode::CatchUp`) while a run is in

@@ -817,6 +817,17 @@ async fn no_tick_runs_twice_after_a_restore_and_a_handover() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_tick_of_a_job_key_lost_on_its_own_does_not_run_again() {
+    let mem = MemoryBackend::new();
+    let rt = instance(&mem, "a");
+    scenarios::a_lost_job_key(&rt, |key| {
+        mem.lose_cron_job(&key);
+        async {}
+    })
+    .await;
+}
+
+#[tokio::test(start_paused = true)]
 async fn the_claim_drops_ticks_before_a_new_job_and_leaves_a_waiting_catch_up_undecided() {
     scenarios::claim_rules(&instance(&MemoryBackend::new(), "a")).await;
 }

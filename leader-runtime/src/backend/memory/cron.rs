@@ -46,6 +46,13 @@ fn push(history: &mut VecDeque<String>, entry: String, len: usize) {
 }
 
 impl MemoryBackend {
+    /// Tests: the job key `job` is lost on its own (evicted, deleted), its
+    /// lease record's mark kept.
+    #[cfg(test)]
+    pub(crate) fn lose_cron_job(&self, job: &str) {
+        self.state().data.cron.jobs.remove(job);
+    }
+
     pub(in crate::backend) fn cron_claim(
         &self,
         req: &ClaimRequest<'_>,
@@ -76,6 +83,11 @@ impl MemoryBackend {
                 // Restored: only the leader of the saved claim may look back.
                 job.since = req.restore_floor_ms;
                 job.since_token = job.claim.map(|(_, token)| token);
+            } else if job.last.is_none() && job.claim.is_none() {
+                // Lost on its own while marked (as claim.lua): nobody may
+                // look back before the restore floor.
+                job.since = req.restore_floor_ms;
+                job.since_token = None;
             } else {
                 job.since = 0;
                 job.since_token = None;
