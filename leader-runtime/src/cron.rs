@@ -168,7 +168,10 @@ pub enum Overlap {
 /// [`tolerance`](JobBuilder::tolerance). The next leader looks back to the
 /// job's last decided tick, kept in the backend (at most 1024 ticks); a
 /// job the backend has no decided tick of (a new one) looks back to when
-/// it was built.
+/// it was built — but its first claim under a lease record refuses ticks
+/// more than `ttl − tolerance` old (recorded as missed): the backend cannot
+/// tell a new job from one whose decisions were lost with the record, and
+/// fails closed.
 ///
 /// # Examples
 ///
@@ -195,10 +198,10 @@ pub enum Missed {
     /// Every missed tick at most `window` late (at most [`MAX_WINDOW`])
     /// runs, oldest first, up to [`max_catch_up`](JobBuilder::max_catch_up)
     /// of them (the latest ones); the others are recorded as missed. With
-    /// [`Overlap::Skip`] each catch-up waits for the run before it, and the
-    /// ticks that come due meanwhile wait behind it: they are decided once
-    /// it ran, by then late (so they are caught up, or recorded as missed
-    /// once past `window` or the cap), not skipped as overlapping.
+    /// [`Overlap::Skip`] each catch-up waits for the run before it, oldest
+    /// first; a tick that comes due on time meanwhile is skipped as
+    /// overlapping ([`Outcome::SkippedOverlap`]), as [`Overlap::Skip`]
+    /// says.
     All {
         /// How late a tick may still run.
         window: Duration,
@@ -1064,7 +1067,7 @@ impl Shared {
                 tracing::info!(group = %self.group, job = %self.name, missed, "cron ticks missed (recorded in the history)");
             }
             if answer.contains(&Claimed::Refused) {
-                tracing::warn!(group = %self.group, job = %self.name, "the backend's cron record was restored or lost: ticks before its first claim since then are not run (they may have run already)");
+                tracing::warn!(group = %self.group, job = %self.name, "ticks refused (recorded as missed; they may have run already): the backend holds no decisions of this job it can vouch for before now — a new job, or a lease record or job record restored or lost");
             }
             if !run.mode.runs() {
                 continue;

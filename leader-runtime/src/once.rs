@@ -206,7 +206,10 @@ pub struct OnceRecord {
     pub summary: String,
     /// Attempts made fleet-wide, the successful one included.
     pub attempts: u32,
-    /// Whether this call ran the body (not stored: the caller's own view).
+    /// Whether the recorded success is this call's run (not stored: the
+    /// caller's own view). `false` does not mean the body did not run
+    /// here: a runner deposed mid-run whose body still finished after its
+    /// successor recorded gets that successor's record, and `false`.
     pub ran_here: bool,
 }
 
