@@ -193,7 +193,9 @@ pub enum Missed {
     #[default]
     Skip,
     /// The latest missed tick runs once, late ([`Tick::catch_up`]); the
-    /// others are recorded as missed.
+    /// others are recorded as missed. A catch-up already waiting for a run
+    /// in flight stays the one: a tick seen on time that turns late behind
+    /// it is recorded as missed.
     Latest,
     /// Every missed tick at most `window` late (at most [`MAX_WINDOW`])
     /// runs, oldest first, up to [`max_catch_up`](JobBuilder::max_catch_up)
@@ -876,7 +878,19 @@ impl Shared {
         let mut catch_up = BTreeSet::new();
         match self.missed {
             Missed::Skip => {}
-            Missed::Latest => catch_up.extend(missed.last().copied()),
+            // The latest gap tick: one already chosen may be waiting for
+            // a run in flight (undecided), while a later tick, seen on
+            // time, turns late behind it; choosing that one instead let
+            // the catch-up go as missed and the later one be skipped as
+            // overlapping, and nothing was caught up.
+            Missed::Latest => catch_up.extend(
+                missed
+                    .iter()
+                    .rev()
+                    .find(|&&i| gaps[i])
+                    .or(missed.last())
+                    .copied(),
+            ),
             Missed::All { .. } => catch_up.extend(
                 missed
                     .iter()

@@ -571,6 +571,41 @@ async fn a_tick_missed_while_the_process_was_down_is_caught_up() {
     assert_eq!(history.len(), 2, "{history:?}");
 }
 
+/// `Missed::Latest` with `Overlap::Skip`: the gap tick chosen for the
+/// catch-up waits for a run in flight; a later tick, seen on time, turns
+/// late behind it. The catch-up stays the gap tick's. (Before: the later
+/// tick became the latest missed one, the gap tick was recorded as missed
+/// and the later one skipped as overlapping: nothing caught up.)
+#[tokio::test(start_paused = true)]
+async fn missed_latest_keeps_a_waiting_catch_up() {
+    let rt = instance(&MemoryBackend::new(), "a");
+    let ran = Ran::default();
+    let m = (base() / 60 + 1) * 60;
+    let job = recording(
+        JobBuilder::new("*/10 * * * * *", G)
+            .name("latest")
+            .tolerance(Duration::from_secs(1))
+            .missed(Missed::Latest),
+        &rt,
+        &ran,
+        at(m - 30, 0),
+    );
+    let floor = Some(at(m + 5, 0));
+    let plan = |s, ms| planned(&job.plan(at(m + s, ms), floor));
+    // First seen late (a gap): caught up; it waits, undecided.
+    assert_eq!(plan(12, 100), [(m + 10, Mode::CatchUp)]);
+    // The next tick, on time, behind it.
+    assert_eq!(
+        plan(20, 100),
+        [(m + 10, Mode::CatchUp), (m + 20, Mode::Run)]
+    );
+    // Both late now: still the gap tick's catch-up.
+    assert_eq!(
+        plan(21, 500),
+        [(m + 10, Mode::CatchUp), (m + 20, Mode::Miss)]
+    );
+}
+
 /// `Missed::All` with the default `Overlap::Skip` and a body of two
 /// seconds, fired every second as the scheduler does (each firing its own
 /// task): after a gap, the three missed ticks run one after the other, each
