@@ -969,6 +969,24 @@ mod tests {
         (attempt, answer)
     }
 
+    /// Instance `b`'s close attempt at `group`, handed over now and sent on
+    /// `mem` in a chunk of its own (call timeout 1 s): when it was handed
+    /// over, and where its answer comes.
+    fn send_one(
+        mem: &crate::MemoryBackend,
+        group: &str,
+    ) -> (Instant, oneshot::Receiver<Result<Asked>>) {
+        let start = Instant::now();
+        let (attempt, answer) = attempt_of_b(group, true, start);
+        let backend = Backend::Memory(mem.clone());
+        tokio::spawn(send_attempts(
+            backend,
+            vec![attempt],
+            Duration::from_secs(1),
+        ));
+        (start, answer)
+    }
+
     #[test]
     fn the_wait_is_a_small_part_of_the_call_timeout() {
         assert_eq!(Wait::within(Duration::from_secs(5)), FULL);
@@ -1201,13 +1219,7 @@ mod tests {
         let mem = crate::MemoryBackend::new();
         mem.overwrite("leader", "soon", "x", ms(30));
         mem.delay_acquire_replies(Some(("b", ms(20))));
-        let start = Instant::now();
-        let (attempt, answer) = attempt_of_b("soon", true, start);
-        tokio::spawn(send_attempts(
-            Backend::Memory(mem.clone()),
-            vec![attempt],
-            ms(1_000),
-        ));
+        let (start, answer) = send_one(&mem, "soon");
         let (answer, asked) = answer.await.unwrap().unwrap();
         assert!(matches!(answer, Acquire::Won { .. }), "{answer:?}");
         // Asked again 1 ms after the expiry; its answer 20 ms later.
@@ -1227,13 +1239,7 @@ mod tests {
         // The first call's script runs 10 ms after its sending (pttl 20:
         // asked again at 21), the later ones at once (at 21: 9 ms left).
         mem.delay_acquire_runs(Some(("b", ms(10))));
-        let start = Instant::now();
-        let (attempt, answer) = attempt_of_b("soon", true, start);
-        tokio::spawn(send_attempts(
-            Backend::Memory(mem.clone()),
-            vec![attempt],
-            ms(1_000),
-        ));
+        let (start, answer) = send_one(&mem, "soon");
         tokio::time::sleep(ms(5)).await;
         mem.delay_acquire_runs(None);
         let (answer, asked) = answer.await.unwrap().unwrap();
@@ -1281,13 +1287,7 @@ mod tests {
         let ms = Duration::from_millis;
         let mem = crate::MemoryBackend::new();
         mem.overwrite("leader", "gone", "x", ms(20));
-        let start = Instant::now();
-        let (attempt, answer) = attempt_of_b("gone", true, start);
-        tokio::spawn(send_attempts(
-            Backend::Memory(mem.clone()),
-            vec![attempt],
-            ms(1_000),
-        ));
+        let (_, answer) = send_one(&mem, "gone");
         // Taken again before the first retry (at 21 ms): asked again at 51.
         tokio::time::sleep(ms(20)).await;
         mem.overwrite("leader", "gone", "x", ms(30));
@@ -1313,13 +1313,7 @@ mod tests {
                 holder.overwrite("leader", "kept", "x", ms(20));
             }
         });
-        let start = Instant::now();
-        let (attempt, answer) = attempt_of_b("kept", true, start);
-        tokio::spawn(send_attempts(
-            Backend::Memory(mem.clone()),
-            vec![attempt],
-            ms(1_000),
-        ));
+        let (start, answer) = send_one(&mem, "kept");
         let (answer, _) = answer.await.unwrap().unwrap();
         assert!(matches!(answer, Acquire::Held { .. }), "{answer:?}");
         assert_eq!(mem.acquire_calls(), 1 + u64::from(MAX_RETRIES));

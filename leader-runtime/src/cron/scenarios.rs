@@ -65,6 +65,33 @@ async fn outcomes(rt: &Runtime, name: &str) -> Vec<(i64, Outcome)> {
     runs
 }
 
+/// A claim of `ticks` by `rt`'s leadership `token` at clock `t` (unix
+/// ms), skipping overlaps, with no floor, the job built at `t`; the tests
+/// change what they ask about.
+pub(super) fn request<'a>(
+    rt: &'a Runtime,
+    keys: &'a crate::backend::cron::JobKeys,
+    token: u64,
+    t: i64,
+    ticks: &'a [(i64, crate::backend::cron::Mode)],
+) -> crate::backend::cron::ClaimRequest<'a> {
+    crate::backend::cron::ClaimRequest {
+        group: G,
+        keys,
+        id: rt.instance_id(),
+        token,
+        clock_ms: t,
+        skip_overlap: true,
+        busy_ttl: Duration::from_secs(60),
+        history_len: 20,
+        floor_ms: 0,
+        restore_floor_ms: 0,
+        created_ms: t,
+        claimer: 7,
+        ticks,
+    }
+}
+
 /// A job key lost on its own (evicted, deleted) while the lease record
 /// keeps its mark: a tick it had run is not run again (before: the claim
 /// trusted every tick, as for a new job, and ran it twice); `lose` loses
@@ -83,20 +110,12 @@ where
     let ticks = [(t, Mode::Run)];
     let claim = |claimer: u64| {
         let req = ClaimRequest {
-            group: G,
-            keys: &keys,
-            id: rt.instance_id(),
-            token,
-            clock_ms: t,
             skip_overlap: false,
-            busy_ttl: Duration::from_secs(60),
-            history_len: 20,
-            floor_ms: 0,
             // The claimer's clock plus the skew: after the tick.
             restore_floor_ms: t + 1_000,
             created_ms: t - 60_000,
             claimer,
-            ticks: &ticks,
+            ..request(rt, &keys, token, t, &ticks)
         };
         async move { backend.cron_claim(&req).await.unwrap().unwrap() }
     };
@@ -114,7 +133,7 @@ where
 /// flight is left undecided (`wait`: not recorded, the watermark not
 /// moved) and claimed once the run ended; an on-time tick is skipped.
 pub(super) async fn claim_rules(rt: &Runtime) {
-    use crate::backend::cron::{busy_mark, ClaimRequest, Claimed, JobKeys, Mode};
+    use crate::backend::cron::{busy_mark, Claimed, JobKeys, Mode};
     assert!(rt.run_if_leader(G, || async {}).await.is_some());
     let token = rt.status()[0].token.unwrap();
     let keys = JobKeys::new("leader", G, "rules");
@@ -124,21 +143,7 @@ pub(super) async fn claim_rules(rt: &Runtime) {
         let keys = keys.clone();
         async move {
             let ticks: Vec<(i64, Mode)> = ticks.iter().map(|&(s, m)| (t + s * 1000, m)).collect();
-            let req = ClaimRequest {
-                group: G,
-                keys: &keys,
-                id: rt.instance_id(),
-                token,
-                clock_ms: t,
-                skip_overlap: true,
-                busy_ttl: Duration::from_secs(60),
-                history_len: 20,
-                floor_ms: 0,
-                restore_floor_ms: 0,
-                created_ms: t,
-                claimer: 7,
-                ticks: &ticks,
-            };
+            let req = request(rt, &keys, token, t, &ticks);
             backend.cron_claim(&req).await.unwrap().unwrap()
         }
     };
