@@ -776,7 +776,7 @@ const MAX_RETRIES: u32 = 3;
 /// process's threads are busy, and timed from its arrival the retry came
 /// that much after the expiry), together with those whose expiries follow
 /// within [`RETRY_WAVE`]. A retry that still comes early (its script ran
-/// later after the sending than the first call's) is answered the ms left
+/// sooner after its sending than the first call's did) is answered the ms left
 /// and goes again by the same rule, up to [`MAX_RETRIES`] times. Each only
 /// while it goes within a quarter of `call_timeout` of the election's
 /// handing the attempt over (so three quarters are left for it), and not
