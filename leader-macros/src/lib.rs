@@ -34,9 +34,11 @@ mod parse;
 /// method — is gated like an `async fn`: for the future's whole life, from
 /// its first poll to its end, so that `current_lease()` answers inside it,
 /// `step_down` and `shutdown` wait for it and `cancel_on_loss` can stop it.
-/// Its output becomes `Option<T>`. (A future behind a type alias, say
-/// `BoxFuture<'_, T>`, is not recognised: write the type out, or make the
-/// function `async`.)
+/// Its output becomes `Option<T>`. A future the attribute can't see as one
+/// — behind a type alias (`BoxFuture<'_, T>`), a `Box<dyn Future<..>>`
+/// without `Pin`, an `impl IntoFuture<..>` — is a compile error: gated as a
+/// sync function, only the future's construction would be, not its run.
+/// Write the type out, or make the function `async`.
 ///
 /// For that, the whole body, its sync part too, runs at the first poll, and
 /// until then the returned future holds the parameters, as an `async fn`'s
@@ -228,8 +230,9 @@ mod parse;
 /// attribute on something other than a function, or on a `const fn`, an
 /// `extern "C" fn` or a function without a body; an unknown or repeated
 /// argument; a `group` that is not a string literal or not a valid group
-/// name; `cancel_on_loss` on a sync function that does not return a future
-/// (or whose future is behind an alias); `+ Unpin` on a returned future; a
+/// name; `cancel_on_loss` on a sync function that does not return a future;
+/// a returned future the attribute can't see (an alias, `Box` without
+/// `Pin`, `impl IntoFuture`); `+ Unpin` on a returned future; a
 /// `crate` that is not a path in a string; `#[track_caller]` on a sync
 /// function. When only the arguments are wrong, the function is still gated
 /// (with a placeholder for what was wrong), as it is without a refused

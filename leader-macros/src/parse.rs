@@ -78,7 +78,7 @@ pub(crate) struct Parsed {
 pub(crate) fn parse(args: TokenStream, item: TokenStream) -> Parsed {
     let mut errors = Errors::default();
     let args = parse_args(args, &mut errors);
-    let input = parse_fn(item, &mut errors).and_then(|(mut func, gatable)| {
+    let input = parse_fn(item, &mut errors).and_then(|(mut func, mut gatable)| {
         let kind = if func.sig.asyncness.is_some() {
             Kind::Async
         } else {
@@ -91,26 +91,32 @@ pub(crate) fn parse(args: TokenStream, item: TokenStream) -> Parsed {
             }
         };
         let mut cancel_on_loss = args.cancel_on_loss.is_some();
-        if let (Kind::Sync, Some(key)) = (&kind, &args.cancel_on_loss) {
-            let alias = match &func.sig.output {
-                ReturnType::Type(_, ty) => future_alias(ty),
-                ReturnType::Default => None,
-            };
-            errors.push(match alias {
-                // The function returns a future, just not in a form we see.
-                Some(alias) => syn::Error::new_spanned(
-                    alias,
-                    format!(
-                        "`cancel_on_loss` can't see a future behind `{alias}`: write the type out, \
-                         `Pin<Box<dyn Future<Output = T> + Send + '_>>` or \
-                         `impl Future<Output = T>`, or make the function `async`"
-                    ),
+        let hidden = match (&kind, &func.sig.output) {
+            (Kind::Sync, ReturnType::Type(_, ty)) => hidden_future(ty),
+            _ => None,
+        };
+        if let Some((hidden, name)) = hidden {
+            // The function returns a future, just not in a form we see:
+            // gated as a sync function, only the future's construction
+            // would be, not its run. Refused, with or without
+            // `cancel_on_loss`; emitted unchanged, so its callers report
+            // nothing more.
+            errors.push(syn::Error::new_spanned(
+                &hidden,
+                format!(
+                    "`#[leader_only]` can't see the future in `{name}`, so it would gate only \
+                     the future's construction, not its run: write the type out, \
+                     `Pin<Box<dyn Future<Output = T> + Send + '_>>` or \
+                     `impl Future<Output = T>`, or make the function `async`"
                 ),
-                None => syn::Error::new_spanned(
-                    key,
-                    "`cancel_on_loss` needs an `async fn`: a sync body can't be stopped mid-run",
-                ),
-            });
+            ));
+            cancel_on_loss = false;
+            gatable = false;
+        } else if let (Kind::Sync, Some(key)) = (&kind, &args.cancel_on_loss) {
+            errors.push(syn::Error::new_spanned(
+                key,
+                "`cancel_on_loss` needs an `async fn`: a sync body can't be stopped mid-run",
+            ));
             cancel_on_loss = false;
         }
         if let (Kind::Future { .. }, ReturnType::Type(_, ty)) = (&kind, &mut func.sig.output) {
@@ -231,18 +237,44 @@ fn take_unpin(ty: &mut Type) -> Option<TypeParamBound> {
     unpin.into_iter().next()
 }
 
-/// The last segment of `ty`'s path if it names a future that is not
-/// recognised as one (`BoxFuture<'_, T>`, `LocalBoxFuture<..>`): an alias
-/// hides the `Future<Output = T>` the expansion needs to see.
-fn future_alias(ty: &Type) -> Option<&syn::Ident> {
-    let Type::Path(path) = unwrap_type(ty) else {
-        return None;
+/// For a return type not recognised as a future ([`future_output`]): the
+/// future it still seems to be, by a last path segment ending in `Future`
+/// — an alias (`BoxFuture<'_, T>`), `Box<dyn Future<..>>` without `Pin`,
+/// `impl IntoFuture<..>` — as that segment (for the span) and the type in
+/// short (for the message).
+fn hidden_future(ty: &Type) -> Option<(syn::Ident, String)> {
+    fn in_path(path: &Path) -> Option<(syn::Ident, String)> {
+        let last = path.segments.last()?;
+        if last.ident.to_string().ends_with("Future") {
+            return Some((last.ident.clone(), last.ident.to_string()));
+        }
+        if last.ident != "Box" && last.ident != "Pin" {
+            return None;
+        }
+        // `Box<..>`, `Pin<..>`: look at what they hold.
+        let PathArguments::AngleBracketed(args) = &last.arguments else {
+            return None;
+        };
+        let (ident, inner) = args.args.iter().find_map(|arg| match arg {
+            GenericArgument::Type(ty) => hidden_future(ty),
+            _ => None,
+        })?;
+        Some((ident, format!("{}<{inner}>", last.ident)))
+    }
+    let in_bounds = |bounds: &Punctuated<TypeParamBound, Token![+]>, prefix: &str| {
+        bounds.iter().find_map(|bound| match bound {
+            TypeParamBound::Trait(bound) => {
+                in_path(&bound.path).map(|(ident, name)| (ident, format!("{prefix} {name}")))
+            }
+            _ => None,
+        })
     };
-    let last = path.path.segments.last()?;
-    last.ident
-        .to_string()
-        .ends_with("Future")
-        .then_some(&last.ident)
+    match unwrap_type(ty) {
+        Type::Path(path) => in_path(&path.path),
+        Type::ImplTrait(impl_trait) => in_bounds(&impl_trait.bounds, "impl"),
+        Type::TraitObject(object) => in_bounds(&object.bounds, "dyn"),
+        _ => None,
+    }
 }
 
 /// The `T` of `Name<T>` when `path` ends in `Name` with one type argument.
@@ -774,20 +806,63 @@ mod tests {
     }
 
     #[test]
-    fn cancel_on_loss_on_a_future_behind_an_alias() {
-        assert_eq!(
-            error(
-                quote!(cancel_on_loss),
+    fn a_future_the_attribute_cannot_see_is_refused() {
+        let tail = ", so it would gate only the future's construction, not its run: write the \
+                    type out, `Pin<Box<dyn Future<Output = T> + Send + '_>>` or \
+                    `impl Future<Output = T>`, or make the function `async`";
+        for (item, name) in [
+            (
                 quote!(
                     fn job() -> BoxFuture<'static, u32> {
                         todo!()
                     }
-                )
+                ),
+                "BoxFuture",
             ),
-            "`cancel_on_loss` can't see a future behind `BoxFuture`: write the type out, \
-             `Pin<Box<dyn Future<Output = T> + Send + '_>>` or `impl Future<Output = T>`, \
-             or make the function `async`"
-        );
+            (
+                quote!(
+                    fn job() -> Box<dyn Future<Output = u32> + Unpin> {
+                        todo!()
+                    }
+                ),
+                "Box<dyn Future>",
+            ),
+            (
+                quote!(
+                    fn job() -> Pin<Box<dyn Future + Send>> {
+                        todo!()
+                    }
+                ),
+                "Pin<Box<dyn Future>>",
+            ),
+            (
+                quote!(
+                    fn job() -> impl IntoFuture<Output = u32> {
+                        std::future::ready(1)
+                    }
+                ),
+                "impl IntoFuture",
+            ),
+        ] {
+            // With or without `cancel_on_loss`: one error, and the function
+            // left as it was.
+            for args in [quote!(), quote!(cancel_on_loss)] {
+                let parsed = parse(args, item.clone());
+                assert!(parsed.input.is_none());
+                let errors: Vec<String> = parsed
+                    .errors
+                    .unwrap()
+                    .into_iter()
+                    .map(|e| e.to_string())
+                    .collect();
+                assert_eq!(
+                    errors,
+                    [format!(
+                        "`#[leader_only]` can't see the future in `{name}`{tail}"
+                    )]
+                );
+            }
+        }
     }
 
     #[test]
@@ -1071,7 +1146,8 @@ mod tests {
             )),
             "boxed future"
         );
-        // Not futures: another trait, a future without `Output`, an alias.
+        // Not futures: other traits (a future the attribute cannot see is
+        // refused: see above).
         for item in [
             quote!(
                 fn job() -> impl Iterator<Item = u32> {
@@ -1084,7 +1160,7 @@ mod tests {
                 }
             ),
             quote!(
-                fn job() -> BoxFuture<'static, u32> {
+                fn job() -> Box<dyn std::error::Error> {
                     todo!()
                 }
             ),

@@ -21,7 +21,7 @@
 //! body cancelled mid-run has run its destructors, inside its scope, before
 //! the lease can go.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::mem;
 use std::ops::Deref;
@@ -138,6 +138,11 @@ pub(crate) enum Current {
 
 thread_local! {
     static CURRENT: Cell<Current> = const { Cell::new(Current::Outside) };
+    /// The groups of the gated bodies around the current one on this thread
+    /// (outermost first), by address: [`inside`] asks about each. Changed
+    /// only when a scope is entered inside another (rare), so the common
+    /// path pays one comparison.
+    static ENCLOSING: RefCell<Vec<*const Group>> = const { RefCell::new(Vec::new()) };
 }
 
 tokio::task_local! {
@@ -159,34 +164,68 @@ pub(crate) fn current_lease() -> Option<Lease> {
 }
 
 /// Whether the running code is inside a gated body admitted through
-/// `group` (this very group of this very runtime): a step-down or shutdown
-/// called from there cannot wait for the drain, which waits for it.
+/// `group` (this very group of this very runtime), directly or with gated
+/// bodies of other groups nested in it: a step-down or shutdown called from
+/// there cannot wait for the drain, which waits for that body.
 pub(crate) fn inside(group: &Group) -> bool {
-    match CURRENT.get() {
-        Current::Outside => false,
-        Current::Cached(current, _) => std::ptr::eq(current, group),
-        Current::Shared => SHARED
-            .try_with(|(current, _)| std::ptr::eq(&**current, group))
-            .unwrap_or(false),
+    let Some(innermost) = group_of(CURRENT.get()) else {
+        return false;
+    };
+    std::ptr::eq(innermost, group)
+        || ENCLOSING
+            .try_with(|enclosing| enclosing.borrow().contains(&std::ptr::from_ref(group)))
+            .unwrap_or(false)
+}
+
+/// The group of the gated run `current` (its address: compared, never read).
+fn group_of(current: Current) -> Option<*const Group> {
+    match current {
+        Current::Outside => None,
+        Current::Cached(group, _) => Some(std::ptr::from_ref(group)),
+        Current::Shared => SHARED.try_with(|(group, _)| Arc::as_ptr(group)).ok(),
     }
 }
 
 /// `CURRENT` set for as long as this lives; the outer value comes back on
-/// drop, also when the body panics.
+/// drop, also when the body panics. An outer gated run's group goes on
+/// [`ENCLOSING`] meanwhile (its `Shared` task-local is still the outer
+/// one's here: a body enters `CURRENT` before its own task-local scope).
 struct Enter(Current);
 
 impl Enter {
     #[inline]
     fn new(current: Current) -> Self {
-        Self(CURRENT.replace(current))
+        let outer = CURRENT.replace(current);
+        if !matches!(outer, Current::Outside) {
+            enclose(outer);
+        }
+        Self(outer)
     }
 }
 
 impl Drop for Enter {
     #[inline]
     fn drop(&mut self) {
+        if !matches!(self.0, Current::Outside) {
+            unclose();
+        }
         CURRENT.set(self.0);
     }
+}
+
+/// A scope entered inside another: push the outer run's group. (The
+/// thread-local is gone only while the thread exits; then `inside` answers
+/// for the innermost run alone.)
+#[cold]
+fn enclose(outer: Current) {
+    let group = group_of(outer).unwrap_or(std::ptr::null());
+    let _ = ENCLOSING.try_with(|enclosing| enclosing.borrow_mut().push(group));
+}
+
+/// The inner scope's end: pop what [`enclose`] pushed.
+#[cold]
+fn unclose() {
+    let _ = ENCLOSING.try_with(|enclosing| enclosing.borrow_mut().pop());
 }
 
 /// A reference to a group that an admission can hold (a call site's

@@ -49,7 +49,19 @@ enum Flow {
     Stop,
 }
 
-pub(crate) async fn run(group: Arc<Group>, ctx: Arc<Ctx>, commands: MailboxRx) {
+/// Run `group`'s election until the runtime stops or the group is
+/// forgotten. `predecessor`: the group of the same name forgotten before
+/// this one was registered, its election perhaps still handing over.
+pub(crate) async fn run(
+    group: Arc<Group>,
+    ctx: Arc<Ctx>,
+    commands: MailboxRx,
+    predecessor: Option<Arc<Group>>,
+) {
+    // Also when the task is dropped (its tokio runtime shut down): a
+    // successor waiting for it must not wait for ever.
+    let _ended = EndsElection(group.clone());
+    let ttl = ctx.config.ttl;
     let keys = GroupKeys::new(&ctx.config.key_prefix, &group.name);
     // A run-once body's lease is outside the balance: never handed over.
     let balance = (ctx.balance.clone()).filter(|_| !crate::once::is_once_group(&group.name));
@@ -68,9 +80,35 @@ pub(crate) async fn run(group: Arc<Group>, ctx: Arc<Ctx>, commands: MailboxRx) {
         taking_back: None,
         kept: None,
         vain: (0, 0),
+        claim_after: None,
     };
     let span = tracing::info_span!("election", group = %election.group.name, instance = %election.ctx.config.instance_id);
-    let _ = tracing::Instrument::instrument(election.run(), span).await;
+    let run = async {
+        if let Some(predecessor) = predecessor {
+            if !election.succeed(&predecessor).await {
+                return;
+            }
+        }
+        election.run().await;
+    };
+    tracing::Instrument::instrument(run, span).await;
+    // A body still in flight (a hand-over whose drain ran out and left the
+    // lease to expire, or a view that ended under it): a successor sits out
+    // a ttl, past the lease's expiry.
+    let mut claim_after = election.claim_after;
+    if !election.group.runs.quiesce() {
+        claim_after = claim_after.max(Some(Instant::now() + ttl));
+    }
+    election.group.control.mark_ended(claim_after);
+}
+
+/// Marks the group's election ended when dropped (if `run` did not).
+struct EndsElection(Arc<Group>);
+
+impl Drop for EndsElection {
+    fn drop(&mut self) {
+        self.0.control.mark_ended(None);
+    }
 }
 
 struct Election {
@@ -108,6 +146,10 @@ struct Election {
     kept: Option<u64>,
     /// Balanced: at this layout epoch, handed over in vain this many times.
     vain: (u64, u32),
+    /// Not before then may this instance claim the group (a forgotten
+    /// predecessor's body may still run: see [`Self::succeed`]); passed on
+    /// to a successor of ours.
+    claim_after: Option<Instant>,
 }
 
 impl Election {
@@ -132,6 +174,55 @@ impl Election {
             }
         }
         self.count_campaign(false);
+    }
+
+    /// Wait for the election of a group of this name forgotten before ours
+    /// was registered (its hand-over drains a body still running), so that
+    /// this instance never leads the group twice at once: our acquire would
+    /// re-claim its lease at once. Not leader meanwhile. A body of it still
+    /// in flight when it ended (its drain ran out and left the lease to
+    /// expire) keeps us out of the race for a `ttl`, as after a step-down.
+    /// Returns false when the runtime stops or our group was forgotten too
+    /// (having waited all the same, so that our own successor waits for
+    /// both).
+    async fn succeed(&mut self, predecessor: &Group) -> bool {
+        let mut forgotten = false;
+        let claim_after = match predecessor.control.has_ended() {
+            Some(claim_after) => claim_after,
+            None => {
+                tracing::debug!(
+                    "named again while its forgotten leadership hands over: waiting for it"
+                );
+                self.group.control.mark_first_round();
+                let ended = predecessor.control.ended();
+                tokio::pin!(ended);
+                loop {
+                    tokio::select! {
+                        biased;
+                        _ = self.ctx.stop.cancelled() => return false,
+                        claim_after = &mut ended => break claim_after,
+                        // Not leader: nothing to hand over.
+                        cmd = self.commands.recv() => match cmd {
+                            Command::StepDown(reply) | Command::SetEligible(_, reply) => { let _ = reply.send(Ok(())); }
+                            Command::Forget(reply) => { let _ = reply.send(Ok(())); forgotten = true; }
+                        },
+                    }
+                }
+            }
+        };
+        self.claim_after = claim_after.filter(|&at| at > Instant::now());
+        if forgotten {
+            return false;
+        }
+        if let Some(at) = self.claim_after {
+            tracing::warn!(
+                wait_ms = at.saturating_duration_since(Instant::now()).as_millis() as u64,
+                "a body of the forgotten leadership may still run: out of the race until its lease has expired"
+            );
+            self.group.control.mark_first_round();
+            self.cooldown_until = Some(at);
+        }
+        true
     }
 
     /// Balanced: count this group as campaigned in (`yes`) or not.

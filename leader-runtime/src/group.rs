@@ -118,6 +118,10 @@ pub(crate) struct Control {
     /// Removed from its runtime's registry: call sites that cached it look
     /// the group up again.
     forgotten: AtomicBool,
+    /// Set when the election task ends (its last hand-over done): from
+    /// when this instance may claim the group again (`None`: at once; else
+    /// a body of it may still run past its view).
+    ended: SetOnce<Option<Instant>>,
 }
 
 impl Group {
@@ -148,6 +152,7 @@ impl Group {
                 first_round: SetOnce::new(),
                 eligible: AtomicBool::new(true),
                 forgotten: AtomicBool::new(false),
+                ended: SetOnce::new(),
             },
             counters: Counters::default(),
             observed: Observed::new(),
@@ -457,6 +462,24 @@ impl Control {
     /// Mark the group removed from its runtime's registry.
     pub(crate) fn forget(&self) {
         self.forgotten.store(true, SeqCst);
+    }
+
+    /// The election task ended; this instance may claim the group again
+    /// from `claim_after` on (see `ended`). Later calls change nothing.
+    pub(crate) fn mark_ended(&self, claim_after: Option<Instant>) {
+        let _ = self.ended.set(claim_after);
+    }
+
+    /// `Some` once the election task has ended: from when this instance may
+    /// claim the group again (`None`: at once).
+    pub(crate) fn has_ended(&self) -> Option<Option<Instant>> {
+        self.ended.get().copied()
+    }
+
+    /// Wait until the election task has ended: from when this instance may
+    /// claim the group again.
+    pub(crate) async fn ended(&self) -> Option<Instant> {
+        *self.ended.wait().await
     }
 
     /// Whether the group was removed from its runtime's registry. On the

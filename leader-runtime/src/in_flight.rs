@@ -20,7 +20,10 @@
 //!   burst of threads does not leave long-lived ones on the slow path.
 //! - An async body may finish on another thread than the one it started on:
 //!   it counts in on the first thread's slot and out on the second's. Slots
-//!   wrap, and only their sum means anything.
+//!   wrap, and only their sum means anything. A thread moves from the shared
+//!   slot to a freed one only when it counts in, never when it counts out:
+//!   a refused run (in and out on one thread, within the gate) then changes
+//!   one slot only, which 3. below needs.
 //! - Without `membarrier` (not Linux, or a kernel or sandbox without
 //!   `MEMBARRIER_CMD_PRIVATE_EXPEDITED`), no thread takes a slot: every
 //!   change is a `SeqCst` `fetch_add` on the shared slot and the heavy side
@@ -115,18 +118,20 @@ impl InFlight {
     /// Count a run in. Follow it with a `SeqCst` load of the admitting flag.
     #[inline]
     pub(crate) fn enter(&self) {
-        self.add(1);
+        self.add(own_slot(), 1);
     }
 
     /// Count a run out. Follow it with a `SeqCst` load of the admitting flag.
+    /// A thread on the shared slot stays there: a run refused after the
+    /// drain's fence counts in and out on one thread, and must do both on
+    /// one slot (see the module docs, 3.).
     #[inline]
     pub(crate) fn leave(&self) {
-        self.add(u32::MAX); // -1, wrapping
+        self.add(slot_to_leave(), u32::MAX); // -1, wrapping
     }
 
     #[inline]
-    fn add(&self, n: u32) {
-        let own = own_slot();
+    fn add(&self, own: usize, n: u32) {
         // `own` is at most `SLOTS`: the mask only spares a bounds check.
         let slot = &self.slots[own & SLOTS];
         if own != SHARED {
@@ -269,6 +274,16 @@ fn own_slot() -> usize {
     match OWN.get() {
         UNTAKEN => take_slot(),
         own if own == SHARED as u8 => shared_or_freed(),
+        own => usize::from(own),
+    }
+}
+
+/// This thread's slot index for a count-out: the shared slot's threads do
+/// not look for a freed one (only a count-in may move a thread).
+#[inline]
+fn slot_to_leave() -> usize {
+    match OWN.get() {
+        UNTAKEN => take_slot(),
         own => usize::from(own),
     }
 }
@@ -418,6 +433,74 @@ mod tests {
             assert!(
                 got_one,
                 "still on the shared slot after every holder exited"
+            );
+        });
+        assert_eq!(count.count(), 0);
+    }
+
+    /// A thread on the shared slot counts a run out there even when a slot
+    /// was given back since it counted in: a refused run's in and out on
+    /// two slots could read as -1 in a drain's sum (the count-in not yet
+    /// seen on one slot, the count-out seen on the other), hiding an
+    /// admitted run still in flight.
+    #[test]
+    fn a_count_out_on_the_shared_slot_stays_there() {
+        let count = InFlight::new();
+        if !asymmetric() {
+            return;
+        }
+        std::thread::scope(|s| {
+            // Holders take slots until a thread finds none left (other
+            // tests may hold some too); each exits when its sender drops.
+            let mut holders = Vec::new();
+            let (stuck_in, stuck_rx) = mpsc::channel::<()>();
+            let (stuck_tx, stuck_done) = mpsc::channel();
+            loop {
+                assert!(holders.len() <= 2 * SLOTS, "never ran out of slots");
+                let (word, wait) = mpsc::channel::<()>();
+                let (slot_tx, slot_rx) = mpsc::channel();
+                let holder = s.spawn(move || {
+                    InFlight::new().enter();
+                    slot_tx.send(usize::from(OWN.get())).unwrap();
+                    let _ = wait.recv();
+                });
+                if slot_rx.recv().unwrap() == SHARED {
+                    drop(word);
+                    holder.join().unwrap();
+                    break;
+                }
+                holders.push((word, holder));
+            }
+            let count = &count;
+            let stuck = s.spawn(move || {
+                count.enter();
+                let entered_on = usize::from(OWN.get());
+                stuck_tx.send(entered_on).unwrap();
+                stuck_rx.recv().unwrap();
+                count.leave();
+                stuck_tx.send(usize::from(OWN.get())).unwrap();
+            });
+            if stuck_done.recv().unwrap() != SHARED {
+                // Another test gave a slot back meanwhile: no case here.
+                stuck_in.send(()).unwrap();
+                stuck.join().unwrap();
+                return;
+            }
+            // A holder exits: a slot is free when the stuck thread counts out.
+            let (word, holder) = holders.pop().unwrap();
+            drop(word);
+            holder.join().unwrap();
+            stuck_in.send(()).unwrap();
+            assert_eq!(
+                stuck_done.recv().unwrap(),
+                SHARED,
+                "moved when counting out"
+            );
+            stuck.join().unwrap();
+            assert_eq!(
+                count.slots[SHARED].load(SeqCst),
+                0,
+                "in and out on one slot"
             );
         });
         assert_eq!(count.count(), 0);

@@ -73,6 +73,12 @@ struct Inner {
 struct Shared {
     ctx: Arc<Ctx>,
     groups: RwLock<HashMap<Arc<str>, Arc<Group>>>,
+    /// Groups forgotten whose elections have not ended yet (their hand-over
+    /// drains a body still running): a group registered again under the
+    /// same name waits for its predecessor here, so that this instance never
+    /// leads it twice at once. An election takes its own entry out when it
+    /// ends.
+    retiring: Mutex<HashMap<Arc<str>, Arc<Group>>>,
     handle: Handle,
     tasks: TaskTracker,
 }
@@ -89,6 +95,21 @@ impl Shared {
     /// A registered group.
     fn get(&self, name: &str) -> Option<Arc<Group>> {
         self.groups().get(name).cloned()
+    }
+
+    fn retiring(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, Arc<Group>>> {
+        self.retiring.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// An election ended: keep of the forgotten groups only those a
+    /// successor must still wait for (an election not ended, or a body that
+    /// may still run past its view: see `Group::ended`).
+    fn prune_retiring(&self) {
+        let now = tokio::time::Instant::now();
+        self.retiring().retain(|_, g| match g.control.has_ended() {
+            None => true,
+            Some(claim_after) => claim_after.is_some_and(|at| at > now),
+        });
     }
 }
 
@@ -145,6 +166,7 @@ impl Runtime {
         let shared = Arc::new(Shared {
             ctx,
             groups: RwLock::new(HashMap::new()),
+            retiring: Mutex::new(HashMap::new()),
             handle: handle.clone(),
             tasks: TaskTracker::new(),
         });
@@ -442,7 +464,10 @@ impl Runtime {
     /// Forget `group` on this instance: hand its lease over if leading
     /// (drain, then release, as [`step_down`](Self::step_down)), end its
     /// election and drop it from the registry, so that it costs nothing any
-    /// more. A later call naming it registers it anew.
+    /// more. A later call naming it registers it anew; that election waits
+    /// until this hand-over is done (so the instance never runs the group's
+    /// bodies under two leaderships at once), and a `ttl` more if a body of
+    /// the old one was still running when its view ended.
     ///
     /// Groups named at run time (`is_leader(name)` with names made up as the
     /// program runs — a tenant, a shard) each start an election that runs
@@ -485,10 +510,19 @@ impl Runtime {
         &self,
         group: &str,
     ) -> Option<(Arc<Group>, oneshot::Receiver<Result<()>>)> {
-        let group = self.inner.shared.groups_mut().remove(group)?;
+        let shared = &self.inner.shared;
+        let mut groups = shared.groups_mut();
+        let group = groups.remove(group)?;
         group.control.forget();
+        // Under the registry's lock, so a `register` of the name finds it;
+        // before the command, so the election's end takes it out.
+        shared.retiring().insert(group.name.clone(), group.clone());
+        drop(groups);
         let (reply, answer) = oneshot::channel();
-        group.control.commands.send(Command::Forget(reply)).ok()?;
+        if group.control.commands.send(Command::Forget(reply)).is_err() {
+            shared.prune_retiring();
+            return None;
+        }
         Some((group, answer))
     }
 
@@ -753,9 +787,18 @@ impl Runtime {
             ctx.config.call_timeout,
         );
         let _ = group.fence.set(target);
+        // Forgotten, and its election still hands over: ours waits for it.
+        let predecessor = shared.retiring().remove(&name);
         groups.insert(name, group.clone());
+        let registry = Arc::downgrade(shared);
+        let election = election::run(group.clone(), shared.ctx.clone(), command_rx, predecessor);
         shared.tasks.spawn_on(
-            election::run(group.clone(), shared.ctx.clone(), command_rx),
+            async move {
+                election.await;
+                if let Some(shared) = registry.upgrade() {
+                    shared.prune_retiring();
+                }
+            },
             &shared.handle,
         );
         Ok(group)

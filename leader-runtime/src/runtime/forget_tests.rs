@@ -35,3 +35,116 @@ async fn forgetting_a_group_hands_over_and_ends_its_election() {
     sleep(Duration::from_millis(10)).await;
     assert!(a.is_leader(G));
 }
+
+/// A group forgotten while one of its bodies runs, then named again: the
+/// new election waits for the old one's hand-over, so the instance never
+/// runs two bodies of the group at once (it used to re-claim its own lease
+/// at once under a new token).
+#[tokio::test(start_paused = true)]
+async fn a_group_named_again_waits_for_its_forgotten_leadership_to_hand_over() {
+    let mem = MemoryBackend::new();
+    let a = instance(&mem, "a");
+    let (finish, finished) = tokio::sync::oneshot::channel::<()>();
+    let (started, running) = tokio::sync::oneshot::channel();
+    let body = tokio::spawn({
+        let a = a.clone();
+        async move {
+            a.run_if_leader(G, || async move {
+                let _ = started.send(());
+                let _ = finished.await;
+            })
+            .await
+        }
+    });
+    running.await.unwrap();
+    let forgetting = tokio::spawn({
+        let a = a.clone();
+        async move { a.forget(G).await }
+    });
+    crate::test_support::settle().await;
+    assert!(a.status().is_empty(), "forgotten at once");
+    // Named again while the old body runs: not leader.
+    assert_eq!(a.run_if_leader(G, || async {}).await, None);
+    sleep(TTL / 2).await;
+    assert_eq!(a.run_if_leader(G, || async {}).await, None);
+    assert!(!a.is_leader(G));
+    // The body returns: the old leadership hands over, the new one wins.
+    finish.send(()).unwrap();
+    forgetting.await.unwrap().unwrap();
+    assert_eq!(body.await.unwrap(), Some(()));
+    sleep(Duration::from_millis(10)).await;
+    assert_eq!(a.run_if_leader(G, || async {}).await, Some(()));
+}
+
+/// Forgotten while a body of it runs, and one of its successors forgotten
+/// too before that body returned: the next one still waits for the first.
+#[tokio::test(start_paused = true)]
+async fn a_successor_forgotten_while_it_waits_passes_the_wait_on() {
+    let mem = MemoryBackend::new();
+    let a = instance(&mem, "a");
+    let (finish, finished) = tokio::sync::oneshot::channel::<()>();
+    let (started, running) = tokio::sync::oneshot::channel();
+    let body = tokio::spawn({
+        let a = a.clone();
+        async move {
+            a.run_if_leader(G, || async move {
+                let _ = started.send(());
+                let _ = finished.await;
+            })
+            .await
+        }
+    });
+    running.await.unwrap();
+    let forgetting = tokio::spawn({
+        let a = a.clone();
+        async move { a.forget(G).await }
+    });
+    crate::test_support::settle().await;
+    // The second election waits; forgotten, it answers at once.
+    assert_eq!(a.run_if_leader(G, || async {}).await, None);
+    a.forget(G).await.unwrap();
+    // The third waits for the first too.
+    assert_eq!(a.run_if_leader(G, || async {}).await, None);
+    sleep(TTL / 2).await;
+    assert_eq!(a.run_if_leader(G, || async {}).await, None);
+    finish.send(()).unwrap();
+    forgetting.await.unwrap().unwrap();
+    assert_eq!(body.await.unwrap(), Some(()));
+    sleep(Duration::from_millis(10)).await;
+    assert_eq!(a.run_if_leader(G, || async {}).await, Some(()));
+}
+
+/// Forgotten while a body of it runs past the view: the hand-over leaves the
+/// lease to expire, and the group named again sits out a ttl rather than
+/// re-claim the lease at once under the body still running.
+#[tokio::test(start_paused = true)]
+async fn a_group_named_again_after_its_body_outlived_the_view_sits_out_a_ttl() {
+    let mem = MemoryBackend::new();
+    let a = instance(&mem, "a");
+    let (started, running) = tokio::sync::oneshot::channel();
+    let body = tokio::spawn({
+        let a = a.clone();
+        async move {
+            a.run_if_leader(G, || async move {
+                let _ = started.send(());
+                std::future::pending::<()>().await;
+            })
+            .await
+        }
+    });
+    running.await.unwrap();
+    // Waits out the view, then leaves the lease to expire.
+    a.forget(G).await.unwrap();
+    let handed_over = Instant::now();
+    assert_eq!(a.run_if_leader(G, || async {}).await, None);
+    sleep(TTL - Duration::from_millis(100)).await;
+    assert_eq!(a.run_if_leader(G, || async {}).await, None);
+    assert!(!a.is_leader(G));
+    sleep(Duration::from_millis(200)).await;
+    assert!(
+        a.is_leader(G),
+        "{:?} after the hand-over",
+        handed_over.elapsed()
+    );
+    body.abort();
+}

@@ -111,3 +111,20 @@ async fn a_nested_call_is_refused_while_a_hand_over_waits_for_its_body() {
     stepped.await.unwrap().unwrap();
     assert!(!a.is_leader(G));
 }
+
+/// A step-down of G from a gated body of another group nested inside G's
+/// body: the drain of G waits for the outer body, so this too must not wait
+/// (before, only the innermost body counted, and the call waited out the
+/// view, letting the lease expire under the outer body).
+#[tokio::test(start_paused = true)]
+async fn step_down_from_a_nested_body_of_another_group_returns_at_once() {
+    check(|rt| {
+        Box::pin(async move {
+            let inner = rt.clone();
+            rt.run_if_leader("other", || async move { inner.step_down(G).await.unwrap() })
+                .await
+                .expect("a leads the other group");
+        })
+    })
+    .await;
+}
