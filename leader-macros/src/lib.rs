@@ -34,11 +34,16 @@ mod parse;
 /// method — is gated like an `async fn`: for the future's whole life, from
 /// its first poll to its end, so that `current_lease()` answers inside it,
 /// `step_down` and `shutdown` wait for it and `cancel_on_loss` can stop it.
-/// Its output becomes `Option<T>`. A future the attribute can't see as one
-/// — behind a type alias (`BoxFuture<'_, T>`), a `Box<dyn Future<..>>`
-/// without `Pin`, an `impl IntoFuture<..>` — is a compile error: gated as a
+/// Its output becomes `Option<T>`. A return type the attribute takes for a
+/// future it can't gate — by its name: a last path segment ending in
+/// `Future`, as in an alias (`BoxFuture<'_, T>`), `Box<dyn Future<..>>`
+/// without `Pin`, or `impl IntoFuture<..>` — is a compile error: gated as a
 /// sync function, only the future's construction would be, not its run.
-/// Write the type out, or make the function `async`.
+/// Write the type out, or make the function `async`. (The attribute reads
+/// names, not types: a future behind an alias named otherwise, or inside an
+/// `Option` or a `Result`, is gated as a sync function's value; a type
+/// named `..Future` that is not a future passes under an alias named
+/// otherwise.)
 ///
 /// For that, the whole body, its sync part too, runs at the first poll, and
 /// until then the returned future holds the parameters, as an `async fn`'s

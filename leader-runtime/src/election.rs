@@ -58,10 +58,10 @@ pub(crate) async fn run(
     commands: MailboxRx,
     predecessor: Option<Arc<Group>>,
 ) {
-    // Also when the task is dropped (its tokio runtime shut down): a
-    // successor waiting for it must not wait for ever.
-    let _ended = EndsElection(group.clone());
+    // Also when the task is dropped (its tokio runtime shut down, or it
+    // panicked): a successor waiting for it must not wait for ever.
     let ttl = ctx.config.ttl;
+    let _ended = EndsElection(group.clone(), ttl);
     let keys = GroupKeys::new(&ctx.config.key_prefix, &group.name);
     // A run-once body's lease is outside the balance: never handed over.
     let balance = (ctx.balance.clone()).filter(|_| !crate::once::is_once_group(&group.name));
@@ -102,12 +102,15 @@ pub(crate) async fn run(
     election.group.control.mark_ended(claim_after);
 }
 
-/// Marks the group's election ended when dropped (if `run` did not).
-struct EndsElection(Arc<Group>);
+/// Marks the group's election ended when dropped (if `run` did not): in a
+/// panic, a view may still be open and the lease ours, so a successor sits
+/// out a ttl (the view ends by itself by then).
+struct EndsElection(Arc<Group>, Duration);
 
 impl Drop for EndsElection {
     fn drop(&mut self) {
-        self.0.control.mark_ended(None);
+        let claim_after = std::thread::panicking().then(|| Instant::now() + self.1);
+        self.0.control.mark_ended(claim_after);
     }
 }
 
@@ -181,12 +184,14 @@ impl Election {
     /// this instance never leads the group twice at once: our acquire would
     /// re-claim its lease at once. Not leader meanwhile. A body of it still
     /// in flight when it ended (its drain ran out and left the lease to
-    /// expire) keeps us out of the race for a `ttl`, as after a step-down.
-    /// Returns false when the runtime stops or our group was forgotten too
-    /// (having waited all the same, so that our own successor waits for
-    /// both).
+    /// expire) keeps us out of the race for a `ttl` more (`claim_after`,
+    /// which `follow` waits out before any attempt). Returns false when the
+    /// runtime stops or our group was forgotten too (having waited all the
+    /// same, so that our own successor waits for both).
     async fn succeed(&mut self, predecessor: &Group) -> bool {
-        let mut forgotten = false;
+        // A `forget` of ours is answered once the predecessor has ended, so
+        // that when it returns nothing of the group's runs here.
+        let mut forgotten = Vec::new();
         let claim_after = match predecessor.control.has_ended() {
             Some(claim_after) => claim_after,
             None => {
@@ -199,19 +204,23 @@ impl Election {
                 loop {
                     tokio::select! {
                         biased;
-                        _ = self.ctx.stop.cancelled() => return false,
+                        _ = self.ctx.stop.cancelled() => break None,
                         claim_after = &mut ended => break claim_after,
                         // Not leader: nothing to hand over.
                         cmd = self.commands.recv() => match cmd {
                             Command::StepDown(reply) | Command::SetEligible(_, reply) => { let _ = reply.send(Ok(())); }
-                            Command::Forget(reply) => { let _ = reply.send(Ok(())); forgotten = true; }
+                            Command::Forget(reply) => forgotten.push(reply),
                         },
                     }
                 }
             }
         };
         self.claim_after = claim_after.filter(|&at| at > Instant::now());
-        if forgotten {
+        let stop = !forgotten.is_empty() || self.ctx.stop.is_cancelled();
+        for reply in forgotten {
+            let _ = reply.send(Ok(()));
+        }
+        if stop {
             return false;
         }
         if let Some(at) = self.claim_after {
@@ -219,8 +228,6 @@ impl Election {
                 wait_ms = at.saturating_duration_since(Instant::now()).as_millis() as u64,
                 "a body of the forgotten leadership may still run: out of the race until its lease has expired"
             );
-            self.group.control.mark_first_round();
-            self.cooldown_until = Some(at);
         }
         true
     }
@@ -293,6 +300,21 @@ impl Election {
                     self.cooldown_until = Some(until);
                 }
                 continue;
+            }
+            if let Some(at) = self.claim_after {
+                // A forgotten predecessor's body may still run: nothing ends
+                // this wait early (not a release notice, not a return to
+                // the race).
+                if Instant::now() < at {
+                    // Not leader meanwhile: callers need not wait for a round.
+                    self.group.control.mark_first_round();
+                    if !self.wait(at, false).await {
+                        return None;
+                    }
+                    self.noticed = false;
+                    continue;
+                }
+                self.claim_after = None;
             }
             if std::mem::take(&mut self.noticed)
                 && self.balance.as_ref().is_some_and(|b| b.at_share())

@@ -74,10 +74,11 @@ struct Shared {
     ctx: Arc<Ctx>,
     groups: RwLock<HashMap<Arc<str>, Arc<Group>>>,
     /// Groups forgotten whose elections have not ended yet (their hand-over
-    /// drains a body still running): a group registered again under the
-    /// same name waits for its predecessor here, so that this instance never
-    /// leads it twice at once. An election takes its own entry out when it
-    /// ends.
+    /// drains a body still running), or ended with a body still in flight: a
+    /// group registered again under the same name waits for its predecessor
+    /// found here, so that this instance never leads it twice at once. Each
+    /// election's end prunes the entries no successor needs to wait for any
+    /// more; a registration takes its predecessor's.
     retiring: Mutex<HashMap<Arc<str>, Arc<Group>>>,
     handle: Handle,
     tasks: TaskTracker,
@@ -729,10 +730,15 @@ impl Runtime {
     pub async fn shutdown(&self) {
         let shared = &self.inner.shared;
         self.begin_shutdown();
+        // A forgotten group's hand-over may wait for this body too.
         let inside_own_body = shared
             .groups()
             .values()
-            .any(|g| crate::admission::inside(g));
+            .any(|g| crate::admission::inside(g))
+            || shared
+                .retiring()
+                .values()
+                .any(|g| crate::admission::inside(g));
         if inside_own_body {
             tracing::debug!("shutdown asked from inside a gated body: its group hands over when the body returns");
             return;

@@ -3,10 +3,11 @@
 
 use std::time::Duration;
 
+use tokio::task::JoinHandle;
 use tokio::time::{sleep, Instant};
 
 use crate::test_support::{instance, next_transition, G, TTL};
-use crate::{Event, MemoryBackend};
+use crate::{Event, MemoryBackend, Runtime};
 
 #[tokio::test(start_paused = true)]
 async fn forgetting_a_group_hands_over_and_ends_its_election() {
@@ -100,27 +101,31 @@ async fn a_successor_forgotten_while_it_waits_passes_the_wait_on() {
         async move { a.forget(G).await }
     });
     crate::test_support::settle().await;
-    // The second election waits; forgotten, it answers at once.
+    // The second election waits; forgotten, it answers when the first
+    // has ended.
     assert_eq!(a.run_if_leader(G, || async {}).await, None);
-    a.forget(G).await.unwrap();
+    let forgetting_again = tokio::spawn({
+        let a = a.clone();
+        async move { a.forget(G).await }
+    });
+    crate::test_support::settle().await;
     // The third waits for the first too.
     assert_eq!(a.run_if_leader(G, || async {}).await, None);
     sleep(TTL / 2).await;
     assert_eq!(a.run_if_leader(G, || async {}).await, None);
+    assert!(!forgetting_again.is_finished());
     finish.send(()).unwrap();
     forgetting.await.unwrap().unwrap();
+    forgetting_again.await.unwrap().unwrap();
     assert_eq!(body.await.unwrap(), Some(()));
     sleep(Duration::from_millis(10)).await;
     assert_eq!(a.run_if_leader(G, || async {}).await, Some(()));
 }
 
-/// Forgotten while a body of it runs past the view: the hand-over leaves the
-/// lease to expire, and the group named again sits out a ttl rather than
-/// re-claim the lease at once under the body still running.
-#[tokio::test(start_paused = true)]
-async fn a_group_named_again_after_its_body_outlived_the_view_sits_out_a_ttl() {
-    let mem = MemoryBackend::new();
-    let a = instance(&mem, "a");
+/// `a` leads G; a body of it runs for ever, and G is forgotten: the
+/// hand-over waits out the view, then leaves the lease to expire. Returns
+/// the body's task.
+async fn forget_under_a_body_that_outlives_the_view(a: &Runtime) -> JoinHandle<Option<()>> {
     let (started, running) = tokio::sync::oneshot::channel();
     let body = tokio::spawn({
         let a = a.clone();
@@ -133,8 +138,18 @@ async fn a_group_named_again_after_its_body_outlived_the_view_sits_out_a_ttl() {
         }
     });
     running.await.unwrap();
-    // Waits out the view, then leaves the lease to expire.
     a.forget(G).await.unwrap();
+    body
+}
+
+/// Forgotten while a body of it runs past the view: the group named again
+/// sits out a ttl rather than re-claim the lease at once under the body
+/// still running.
+#[tokio::test(start_paused = true)]
+async fn a_group_named_again_after_its_body_outlived_the_view_sits_out_a_ttl() {
+    let mem = MemoryBackend::new();
+    let a = instance(&mem, "a");
+    let body = forget_under_a_body_that_outlives_the_view(&a).await;
     let handed_over = Instant::now();
     assert_eq!(a.run_if_leader(G, || async {}).await, None);
     sleep(TTL - Duration::from_millis(100)).await;
@@ -146,5 +161,24 @@ async fn a_group_named_again_after_its_body_outlived_the_view_sits_out_a_ttl() {
         "{:?} after the hand-over",
         handed_over.elapsed()
     );
+    body.abort();
+}
+
+/// That sit-out holds when the group leaves the race and comes back (which
+/// ends a step-down's cooldown).
+#[tokio::test(start_paused = true)]
+async fn the_sit_out_after_a_body_outlived_the_view_holds_through_eligibility() {
+    let mem = MemoryBackend::new();
+    let a = instance(&mem, "a");
+    let body = forget_under_a_body_that_outlives_the_view(&a).await;
+    a.set_eligible(G, false).await.unwrap();
+    crate::test_support::settle().await;
+    a.set_eligible(G, true).await.unwrap();
+    sleep(Duration::from_millis(10)).await;
+    assert!(!a.is_leader(G));
+    sleep(TTL - Duration::from_millis(200)).await;
+    assert!(!a.is_leader(G));
+    sleep(Duration::from_millis(300)).await;
+    assert!(a.is_leader(G));
     body.abort();
 }
