@@ -405,6 +405,56 @@ mod tests {
         rt.shutdown().await;
     }
 
+    /// `inside` (what a step-down or shutdown from a body asks) sees every
+    /// gated body around the running code, not only the innermost, on
+    /// every path: cached sites and shared handles, async and sync, nested
+    /// every way; and none once they returned.
+    #[tokio::test(start_paused = true)]
+    async fn inside_sees_every_enclosing_body_on_every_path() {
+        static A: CallSite = CallSite::new("a");
+        static B: CallSite = CallSite::new("b");
+        static B_SYNC: CallSite = CallSite::new("b");
+        let rt = instance(&MemoryBackend::new(), "a");
+        let rt2 = rt.clone();
+        rt.scope(async move {
+            // The first calls look the groups up and fill the caches.
+            assert!(gate_async(&A, false, async {}).await.is_some());
+            assert!(gate_async(&B, false, async {}).await.is_some());
+            assert!(gate_sync(&B_SYNC, || ()).is_some());
+            let (a, b) = (rt2.registered("a").unwrap(), rt2.registered("b").unwrap());
+            let inside = || (super::inside(&a), super::inside(&b));
+            let (neither, outer, both) = ((false, false), (true, false), (true, true));
+
+            let seen = gate_async(&A, false, async {
+                let mut seen = vec![inside()];
+                let cached = gate_async(&B, false, async {
+                    tokio::task::yield_now().await;
+                    inside()
+                });
+                seen.push(cached.await.unwrap());
+                seen.push(gate_sync(&B_SYNC, inside).unwrap());
+                seen.push(rt2.run_if_leader("b", || async { inside() }).await.unwrap());
+                seen.push(inside());
+                seen
+            })
+            .await;
+            assert_eq!(seen, Some(vec![outer, both, both, both, outer]));
+
+            // A shared handle outside, a cached site and a shared one inside.
+            let seen = rt2
+                .run_if_leader("a", || async {
+                    let cached = gate_async(&B, false, async { inside() }).await.unwrap();
+                    let shared = rt2.run_if_leader("b", || async { inside() }).await.unwrap();
+                    [cached, shared, inside()]
+                })
+                .await;
+            assert_eq!(seen, Some([both, both, outer]));
+            assert_eq!(inside(), neither);
+        })
+        .await;
+        rt.shutdown().await;
+    }
+
     /// An async body dropped mid-run (a timeout, a `select!`) runs its
     /// destructors inside its scope, still counted in flight (a drain waits
     /// for them before it releases the lease), on every path; only then does

@@ -128,3 +128,27 @@ async fn step_down_from_a_nested_body_of_another_group_returns_at_once() {
     })
     .await;
 }
+
+/// A shutdown from a body of a group forgotten from inside that body: the
+/// forgotten group's hand-over waits for the body, so the shutdown must not
+/// wait for it (before, it looked for the body among the registered groups
+/// only, and waited out the view).
+#[tokio::test(start_paused = true)]
+async fn shutdown_inside_a_body_of_a_forgotten_group_returns_at_once() {
+    let mem = MemoryBackend::new();
+    let a = instance(&mem, "a");
+    let rt = a.clone();
+    let took = a
+        .run_if_leader(G, || async move {
+            rt.forget(G).await.unwrap();
+            let asked = Instant::now();
+            rt.shutdown().await;
+            asked.elapsed()
+        })
+        .await
+        .expect("a leads");
+    assert!(
+        took < Duration::from_millis(10),
+        "the shutdown took {took:?}"
+    );
+}
