@@ -216,6 +216,7 @@ impl Election {
             }
         };
         self.claim_after = claim_after.filter(|&at| at > Instant::now());
+        self.group.control.set_predecessor(None);
         let stop = !forgotten.is_empty() || self.ctx.stop.is_cancelled();
         for reply in forgotten {
             let _ = reply.send(Ok(()));
@@ -271,6 +272,23 @@ impl Election {
             // Taken here: a sit-out or a cooldown below moves the attempt
             // off its due time.
             let close = std::mem::take(&mut next_close);
+            if let Some(at) = self.claim_after {
+                // A forgotten predecessor's body may still run: nothing ends
+                // this wait early (not a release notice, not a return to
+                // the race), and the group is not one this instance could
+                // take meanwhile.
+                if Instant::now() < at {
+                    self.count_campaign(false);
+                    // Not leader meanwhile: callers need not wait for a round.
+                    self.group.control.mark_first_round();
+                    if !self.wait(at, false).await {
+                        return None;
+                    }
+                    self.noticed = false;
+                    continue;
+                }
+                self.claim_after = None;
+            }
             // Out of the race, a group is not one this instance could take.
             self.count_campaign(self.group.control.eligible());
             if !self.group.control.eligible() {
@@ -300,21 +318,6 @@ impl Election {
                     self.cooldown_until = Some(until);
                 }
                 continue;
-            }
-            if let Some(at) = self.claim_after {
-                // A forgotten predecessor's body may still run: nothing ends
-                // this wait early (not a release notice, not a return to
-                // the race).
-                if Instant::now() < at {
-                    // Not leader meanwhile: callers need not wait for a round.
-                    self.group.control.mark_first_round();
-                    if !self.wait(at, false).await {
-                        return None;
-                    }
-                    self.noticed = false;
-                    continue;
-                }
-                self.claim_after = None;
             }
             if std::mem::take(&mut self.noticed)
                 && self.balance.as_ref().is_some_and(|b| b.at_share())

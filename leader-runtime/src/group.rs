@@ -118,6 +118,12 @@ pub(crate) struct Control {
     /// Removed from its runtime's registry: call sites that cached it look
     /// the group up again.
     forgotten: AtomicBool,
+    /// The group of this name forgotten before this one was registered,
+    /// while its election has not ended (ours waits for it): a body of it
+    /// that asks for a hand-over or a shutdown must not wait for its own
+    /// drain through ours. Cleared when it has ended, so that a name
+    /// forgotten and named again many times keeps no chain.
+    predecessor: Mutex<Option<Arc<Group>>>,
     /// Set when the election task ends (its last hand-over done): from
     /// when this instance may claim the group again (`None`: at once; else
     /// a body of it may still run past its view).
@@ -152,6 +158,7 @@ impl Group {
                 first_round: SetOnce::new(),
                 eligible: AtomicBool::new(true),
                 forgotten: AtomicBool::new(false),
+                predecessor: Mutex::new(None),
                 ended: SetOnce::new(),
             },
             counters: Counters::default(),
@@ -468,6 +475,22 @@ impl Control {
     /// from `claim_after` on (see `ended`). Later calls change nothing.
     pub(crate) fn mark_ended(&self, claim_after: Option<Instant>) {
         let _ = self.ended.set(claim_after);
+    }
+
+    /// The forgotten predecessor this group's election waits for, if any.
+    pub(crate) fn predecessor(&self) -> Option<Arc<Group>> {
+        self.predecessor
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Set (`Some`) or clear the predecessor.
+    pub(crate) fn set_predecessor(&self, predecessor: Option<Arc<Group>>) {
+        *self
+            .predecessor
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = predecessor;
     }
 
     /// `Some` once the election task has ended: from when this instance may

@@ -455,7 +455,7 @@ impl Runtime {
     /// for the drain. It returns at once then, and the release follows when
     /// the body has returned.
     async fn await_hand_over(group: &Group, answer: oneshot::Receiver<Result<()>>) -> Result<()> {
-        if crate::admission::inside(group) {
+        if inside_lineage(group) {
             tracing::debug!(group = %group.name, "hand-over asked from inside its own gated body: it completes when the body returns");
             return Ok(());
         }
@@ -473,8 +473,11 @@ impl Runtime {
     /// Groups named at run time (`is_leader(name)` with names made up as the
     /// program runs — a tenant, a shard) each start an election that runs
     /// until the runtime stops: forget those you no longer need, or the
-    /// elections add up. Called from inside a gated body of the group, it
-    /// returns at once and the release follows when the body has returned.
+    /// elections add up. Called from inside a gated body of the group (or
+    /// of a forgotten one of the same name still handing over), it returns
+    /// at once and the release follows when the body has returned.
+    /// Otherwise, forgetting a group named again while its predecessor
+    /// still hands over returns once that hand-over is done.
     ///
     /// # Examples
     ///
@@ -519,6 +522,7 @@ impl Runtime {
         // before the command, so the election's end takes it out.
         shared.retiring().insert(group.name.clone(), group.clone());
         drop(groups);
+        shared.prune_retiring();
         let (reply, answer) = oneshot::channel();
         if group.control.commands.send(Command::Forget(reply)).is_err() {
             shared.prune_retiring();
@@ -731,14 +735,8 @@ impl Runtime {
         let shared = &self.inner.shared;
         self.begin_shutdown();
         // A forgotten group's hand-over may wait for this body too.
-        let inside_own_body = shared
-            .groups()
-            .values()
-            .any(|g| crate::admission::inside(g))
-            || shared
-                .retiring()
-                .values()
-                .any(|g| crate::admission::inside(g));
+        let inside_own_body = shared.groups().values().any(|g| inside_lineage(g))
+            || shared.retiring().values().any(|g| inside_lineage(g));
         if inside_own_body {
             tracing::debug!("shutdown asked from inside a gated body: its group hands over when the body returns");
             return;
@@ -795,6 +793,7 @@ impl Runtime {
         let _ = group.fence.set(target);
         // Forgotten, and its election still hands over: ours waits for it.
         let predecessor = shared.retiring().remove(&name);
+        group.control.set_predecessor(predecessor.clone());
         groups.insert(name, group.clone());
         let registry = Arc::downgrade(shared);
         let election = election::run(group.clone(), shared.ctx.clone(), command_rx, predecessor);
@@ -826,6 +825,24 @@ impl Runtime {
     pub(crate) fn groups(&self) -> Vec<Arc<Group>> {
         self.inner.shared.groups().values().cloned().collect()
     }
+}
+
+/// Whether the running code is inside a gated body of `group`, or of a
+/// forgotten predecessor of it whose election has not ended: the hand-over
+/// of either waits for that body, and a command to `group` may wait for the
+/// predecessor's (its election waits for it).
+fn inside_lineage(group: &Group) -> bool {
+    if crate::admission::inside(group) {
+        return true;
+    }
+    let mut next = group.control.predecessor();
+    while let Some(predecessor) = next {
+        if crate::admission::inside(&predecessor) {
+            return true;
+        }
+        next = predecessor.control.predecessor();
+    }
+    false
 }
 
 /// Log why `api` could not use a group: an invalid name as an error the

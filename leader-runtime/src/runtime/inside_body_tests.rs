@@ -152,3 +152,35 @@ async fn shutdown_inside_a_body_of_a_forgotten_group_returns_at_once() {
         "the shutdown took {took:?}"
     );
 }
+
+/// A body of a group forgotten from inside it, the group named again (its
+/// new election waits for this body's hand-over): a forget of the new one,
+/// or a shutdown, from that body returns at once (before, both waited out
+/// the view: the first through the new election's wait, the second because
+/// the registration took the forgotten group out of sight).
+#[tokio::test(start_paused = true)]
+async fn forget_and_shutdown_inside_a_forgotten_body_after_the_group_was_named_again() {
+    for shut_down in [false, true] {
+        let mem = MemoryBackend::new();
+        let a = instance(&mem, "a");
+        let rt = a.clone();
+        let took = a
+            .run_if_leader(G, || async move {
+                rt.forget(G).await.unwrap();
+                assert!(!rt.is_leader(G), "named again: waits for this body");
+                let asked = Instant::now();
+                if shut_down {
+                    rt.shutdown().await;
+                } else {
+                    rt.forget(G).await.unwrap();
+                }
+                asked.elapsed()
+            })
+            .await
+            .expect("a leads");
+        assert!(
+            took < Duration::from_millis(10),
+            "shutdown {shut_down}: took {took:?}"
+        );
+    }
+}
