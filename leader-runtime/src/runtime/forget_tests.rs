@@ -3,10 +3,11 @@
 
 use std::time::Duration;
 
+use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tokio::time::{sleep, Instant};
 
-use crate::test_support::{instance, next_transition, G, TTL};
+use crate::test_support::{instance, next_transition, settle, G, TTL};
 use crate::{Event, MemoryBackend, Runtime};
 
 #[tokio::test(start_paused = true)]
@@ -45,24 +46,8 @@ async fn forgetting_a_group_hands_over_and_ends_its_election() {
 async fn a_group_named_again_waits_for_its_forgotten_leadership_to_hand_over() {
     let mem = MemoryBackend::new();
     let a = instance(&mem, "a");
-    let (finish, finished) = tokio::sync::oneshot::channel::<()>();
-    let (started, running) = tokio::sync::oneshot::channel();
-    let body = tokio::spawn({
-        let a = a.clone();
-        async move {
-            a.run_if_leader(G, || async move {
-                let _ = started.send(());
-                let _ = finished.await;
-            })
-            .await
-        }
-    });
-    running.await.unwrap();
-    let forgetting = tokio::spawn({
-        let a = a.clone();
-        async move { a.forget(G).await }
-    });
-    crate::test_support::settle().await;
+    let (finish, body) = body_until_finished(&a).await;
+    let forgetting = forget_meanwhile(&a).await;
     assert!(a.status().is_empty(), "forgotten at once");
     // Named again while the old body runs: not leader.
     assert_eq!(a.run_if_leader(G, || async {}).await, None);
@@ -83,32 +68,12 @@ async fn a_group_named_again_waits_for_its_forgotten_leadership_to_hand_over() {
 async fn a_successor_forgotten_while_it_waits_passes_the_wait_on() {
     let mem = MemoryBackend::new();
     let a = instance(&mem, "a");
-    let (finish, finished) = tokio::sync::oneshot::channel::<()>();
-    let (started, running) = tokio::sync::oneshot::channel();
-    let body = tokio::spawn({
-        let a = a.clone();
-        async move {
-            a.run_if_leader(G, || async move {
-                let _ = started.send(());
-                let _ = finished.await;
-            })
-            .await
-        }
-    });
-    running.await.unwrap();
-    let forgetting = tokio::spawn({
-        let a = a.clone();
-        async move { a.forget(G).await }
-    });
-    crate::test_support::settle().await;
+    let (finish, body) = body_until_finished(&a).await;
+    let forgetting = forget_meanwhile(&a).await;
     // The second election waits; forgotten, it answers when the first
     // has ended.
     assert_eq!(a.run_if_leader(G, || async {}).await, None);
-    let forgetting_again = tokio::spawn({
-        let a = a.clone();
-        async move { a.forget(G).await }
-    });
-    crate::test_support::settle().await;
+    let forgetting_again = forget_meanwhile(&a).await;
     // The third waits for the first too.
     assert_eq!(a.run_if_leader(G, || async {}).await, None);
     sleep(TTL / 2).await;
@@ -122,24 +87,44 @@ async fn a_successor_forgotten_while_it_waits_passes_the_wait_on() {
     assert_eq!(a.run_if_leader(G, || async {}).await, Some(()));
 }
 
-/// `a` leads G; a body of it runs for ever, and G is forgotten: the
-/// hand-over waits out the view, then leaves the lease to expire. Returns
-/// the body's task.
-async fn forget_under_a_body_that_outlives_the_view(a: &Runtime) -> JoinHandle<Option<()>> {
-    let (started, running) = tokio::sync::oneshot::channel();
+/// `a` leads G and runs a body of it until `finish` is sent (or dropped):
+/// returns that sender and the body's task, once the body runs.
+async fn body_until_finished(a: &Runtime) -> (oneshot::Sender<()>, JoinHandle<Option<()>>) {
+    let (finish, finished) = oneshot::channel::<()>();
+    let (started, running) = oneshot::channel();
     let body = tokio::spawn({
         let a = a.clone();
         async move {
             a.run_if_leader(G, || async move {
                 let _ = started.send(());
-                std::future::pending::<()>().await;
+                let _ = finished.await;
             })
             .await
         }
     });
     running.await.unwrap();
+    (finish, body)
+}
+
+/// `a.forget(G)` on a task of its own, after every ready task has run.
+async fn forget_meanwhile(a: &Runtime) -> JoinHandle<crate::Result<()>> {
+    let forgetting = tokio::spawn({
+        let a = a.clone();
+        async move { a.forget(G).await }
+    });
+    settle().await;
+    forgetting
+}
+
+/// `a` leads G; a body of it runs on, and G is forgotten: the hand-over
+/// waits out the view, then leaves the lease to expire. Returns what keeps
+/// the body running, and its task.
+async fn forget_under_a_body_that_outlives_the_view(
+    a: &Runtime,
+) -> (oneshot::Sender<()>, JoinHandle<Option<()>>) {
+    let (finish, body) = body_until_finished(a).await;
     a.forget(G).await.unwrap();
-    body
+    (finish, body)
 }
 
 /// Forgotten while a body of it runs past the view: the group named again
@@ -149,7 +134,7 @@ async fn forget_under_a_body_that_outlives_the_view(a: &Runtime) -> JoinHandle<O
 async fn a_group_named_again_after_its_body_outlived_the_view_sits_out_a_ttl() {
     let mem = MemoryBackend::new();
     let a = instance(&mem, "a");
-    let body = forget_under_a_body_that_outlives_the_view(&a).await;
+    let (_running_on, body) = forget_under_a_body_that_outlives_the_view(&a).await;
     let handed_over = Instant::now();
     assert_eq!(a.run_if_leader(G, || async {}).await, None);
     sleep(TTL - Duration::from_millis(100)).await;
@@ -170,9 +155,9 @@ async fn a_group_named_again_after_its_body_outlived_the_view_sits_out_a_ttl() {
 async fn the_sit_out_after_a_body_outlived_the_view_holds_through_eligibility() {
     let mem = MemoryBackend::new();
     let a = instance(&mem, "a");
-    let body = forget_under_a_body_that_outlives_the_view(&a).await;
+    let (_running_on, body) = forget_under_a_body_that_outlives_the_view(&a).await;
     a.set_eligible(G, false).await.unwrap();
-    crate::test_support::settle().await;
+    settle().await;
     a.set_eligible(G, true).await.unwrap();
     sleep(Duration::from_millis(10)).await;
     assert!(!a.is_leader(G));
