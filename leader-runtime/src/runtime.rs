@@ -424,7 +424,8 @@ impl Runtime {
     /// # }
     /// ```
     ///
-    /// Called from inside a gated body of the same group, it cannot wait
+    /// Called from inside a gated body of the same group (also from a gated
+    /// body of another group nested in one of it), it cannot wait
     /// for the drain (which waits for that body): it stops admitting new
     /// runs and returns `Ok(())` at once, and the lease is released when the
     /// body (and any other run in flight) has returned — so the next leader
