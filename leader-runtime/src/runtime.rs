@@ -523,12 +523,12 @@ impl Runtime {
         // before the command, so the election's end takes it out.
         shared.retiring().insert(group.name.clone(), group.clone());
         drop(groups);
-        shared.prune_retiring();
         let (reply, answer) = oneshot::channel();
-        if group.control.commands.send(Command::Forget(reply)).is_err() {
-            shared.prune_retiring();
-            return None;
-        }
+        let sent = group.control.commands.send(Command::Forget(reply));
+        // After the command: an election that had ended already (the send
+        // fails) is pruned here, its own prune having come before.
+        shared.prune_retiring();
+        sent.ok()?;
         Some((group, answer))
     }
 
