@@ -695,7 +695,7 @@ impl Election {
             let limit = (valid_until - now).min(call_timeout);
             let started = std::time::Instant::now();
             let result = self
-                .call(limit, self.ctx.backend.renew(&self.op(), ttl))
+                .call(limit, self.ctx.backend.renew(&self.op(), won.token, ttl))
                 .await;
             metrics::renew_round_trip(&self.group.name, started.elapsed());
             match result {

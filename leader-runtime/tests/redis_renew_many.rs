@@ -1,6 +1,8 @@
 //! `renew_many.lua` on a real `redis-server`, called directly: one call
 //! answers every kind of group as `renew.lua` answers it alone — renewed,
-//! gone, held by another, a record this server does not vouch for (none,
+//! gone, held by another or under a newer leadership of ours (a renewal
+//! names the token of the one it extends), a record this server does not
+//! vouch for (none,
 //! the first format, another run's, another type), paused, an error of its
 //! own — with no pause key in the call (one `EXISTS` for all), with one
 //! (each group's pause key checked on its own), and for an ACL user that
@@ -27,16 +29,35 @@ fn keys(group: &str) -> [String; 3] {
     ]
 }
 
-/// `record.lua` + `script` for `groups` as instance `me` (ttl 10 s).
-async fn call(conn: &mut RespConn, script: &str, groups: &[&str]) -> Reply {
+/// `record.lua` + `script` for `groups` as instance `me` (ttl 10 s), with
+/// `more` arguments after those two (a renewal's tokens).
+async fn call_with(conn: &mut RespConn, script: &str, groups: &[&str], more: &[String]) -> Reply {
     let script = format!("{RECORD}\n{script}");
     let keys: Vec<String> = groups.iter().flat_map(|g| keys(g)).collect();
     let count = keys.len().to_string();
     let mut args = vec!["EVAL", &script, &count];
     args.extend(keys.iter().map(String::as_str));
     args.extend(["me", "10000"]);
+    args.extend(more.iter().map(String::as_str));
     conn.cmd(&args).await.unwrap()
 }
+
+async fn call(conn: &mut RespConn, script: &str, groups: &[&str]) -> Reply {
+    call_with(conn, script, groups, &[]).await
+}
+
+/// A renewal of `groups` under the tokens they were won with (`tokens`,
+/// from [`fixtures`]; "0" for a group not won).
+async fn renew(conn: &mut RespConn, script: &str, groups: &[&str], tokens: &Tokens) -> Reply {
+    let won: Vec<String> = groups
+        .iter()
+        .map(|g| tokens.get(g).cloned().unwrap_or_else(|| "0".to_owned()))
+        .collect();
+    call_with(conn, script, groups, &won).await
+}
+
+/// The token each group was won with.
+type Tokens = std::collections::HashMap<&'static str, String>;
 
 fn items(reply: Reply) -> Vec<Reply> {
     match reply {
@@ -51,10 +72,11 @@ async fn cmd(conn: &mut RespConn, args: &[&str]) -> Reply {
 
 /// The groups of [`fixtures`] and what `renew.lua` answers for each (the
 /// paused one: 1 without its pause key).
-const GROUPS: [(&str, i64); 8] = [
+const GROUPS: [(&str, i64); 9] = [
     ("ok", 1),
     ("gone", 0),
     ("theirs", -1),
+    ("reclaimed", -1),
     ("norecord", -2),
     ("legacy", -2),
     ("other_run", -2),
@@ -65,12 +87,30 @@ const GROUPS: [(&str, i64); 8] = [
 /// Leases held by `me`: `ok` (vouched), `norecord` (record deleted),
 /// `legacy` (record in the first format: a string), `other_run` (record
 /// of another server run), `listed` (record of another type), `paused`
-/// (vouched, paused when `pause`); `gone` has no lease, `theirs` is held by
-/// another instance, `wrong` has a lease key of another type.
-async fn fixtures(conn: &mut RespConn, pause: bool) {
-    let mine = ["ok", "norecord", "legacy", "other_run", "listed", "paused"];
+/// (vouched, paused when `pause`), `reclaimed` (won again by our own
+/// acquire, sent earlier and run late: a newer leadership of ours); `gone`
+/// has no lease, `theirs` is held by another instance, `wrong` has a lease
+/// key of another type. Returns the token each of ours was won with.
+async fn fixtures(conn: &mut RespConn, pause: bool) -> Tokens {
+    let mine = [
+        "ok",
+        "norecord",
+        "legacy",
+        "other_run",
+        "listed",
+        "paused",
+        "reclaimed",
+    ];
     let won = items(call(conn, ACQUIRE_MANY, &mine).await);
-    assert_eq!(won.iter().filter(|r| **r == 1).count(), 6, "{won:?}");
+    assert_eq!(won.iter().filter(|r| **r == 1).count(), 7, "{won:?}");
+    let mut tokens = Tokens::new();
+    for group in mine {
+        let record = format!("leader:{{{group}}}:record");
+        let token = cmd(conn, &["HGET", &record, "token"]).await;
+        tokens.insert(group, token.as_str().unwrap().to_owned());
+    }
+    let again = items(call(conn, ACQUIRE_MANY, &["reclaimed"]).await);
+    assert_eq!(again[0], 1, "{again:?}");
     cmd(
         conn,
         &["DEL", "leader:{norecord}:record", "leader:{legacy}:record"],
@@ -90,6 +130,7 @@ async fn fixtures(conn: &mut RespConn, pause: bool) {
     if pause {
         cmd(conn, &["HSET", "leader:{paused}:paused", "by", "test"]).await;
     }
+    tokens
 }
 
 /// Each group's answer is `renew.lua`'s for it alone, whether the call's
@@ -102,10 +143,10 @@ async fn one_call_answers_each_group_as_renew_would() {
     let mut conn = server.connect().await.unwrap();
     for pause in [false, true] {
         cmd(&mut conn, &["FLUSHALL"]).await;
-        fixtures(&mut conn, pause).await;
+        let tokens = fixtures(&mut conn, pause).await;
         let mut groups: Vec<&str> = GROUPS.iter().map(|(g, _)| *g).collect();
         groups.push("wrong");
-        let batched = items(call(&mut conn, RENEW_MANY, &groups).await);
+        let batched = items(renew(&mut conn, RENEW_MANY, &groups, &tokens).await);
         assert_eq!(batched.len(), groups.len(), "{batched:?}");
         for ((group, want), got) in GROUPS.iter().zip(&batched) {
             let want = if *group == "paused" && !pause {
@@ -116,12 +157,12 @@ async fn one_call_answers_each_group_as_renew_would() {
             assert_eq!(*got, want, "{group} (paused: {pause}): {batched:?}");
             // renew.lua, for the group alone, agrees.
             assert_eq!(
-                call(&mut conn, RENEW_ONE, &[group]).await,
+                renew(&mut conn, RENEW_ONE, &[group], &tokens).await,
                 want,
                 "{group} alone"
             );
         }
-        let wrong = batched[8].as_str().unwrap_or_default();
+        let wrong = batched[9].as_str().unwrap_or_default();
         assert!(wrong.contains("WRONGTYPE"), "{batched:?}");
         assert_eq!(
             cmd(&mut conn, &["GET", "leader:{legacy}:record"]).await,
@@ -140,12 +181,12 @@ async fn without_exists_in_the_acl_a_paused_group_is_still_seen() {
     let earlier = ACL_RULES.replace(" +exists", "");
     assert_ne!(earlier, ACL_RULES);
     let (_server, mut admin, mut app) = script_user(&earlier).await;
-    fixtures(&mut admin, true).await;
+    let tokens = fixtures(&mut admin, true).await;
     assert!(matches!(
         cmd(&mut app, &["EXISTS", "leader:{ok}:lease"]).await,
         Reply::Error(_)
     ));
-    let reply = items(call(&mut app, RENEW_MANY, &["ok", "paused"]).await);
+    let reply = items(renew(&mut app, RENEW_MANY, &["ok", "paused"], &tokens).await);
     assert_eq!(reply, [Reply::Integer(1), Reply::Integer(-3)]);
 }
 
@@ -158,7 +199,7 @@ async fn a_record_the_acl_forbids_reading_is_an_error() {
     let rules = ACL_RULES.replace(" +hmget", "");
     assert_ne!(rules, ACL_RULES);
     let (_server, mut admin, mut app) = script_user(&rules).await;
-    fixtures(&mut admin, false).await;
+    let tokens = fixtures(&mut admin, false).await;
     let refused = |reply: &Reply| {
         let text = match reply {
             Reply::Bulk(s) | Reply::Error(s) => s.to_lowercase(),
@@ -168,9 +209,9 @@ async fn a_record_the_acl_forbids_reading_is_an_error() {
             || text.contains("noperm")
             || text.contains("can't run this command")
     };
-    let renew = items(call(&mut app, RENEW_MANY, &["ok"]).await);
-    assert!(refused(&renew[0]), "renew_many: {renew:?}");
-    let alone = call(&mut app, RENEW_ONE, &["ok"]).await;
+    let renewed = items(renew(&mut app, RENEW_MANY, &["ok"], &tokens).await);
+    assert!(refused(&renewed[0]), "renew_many: {renewed:?}");
+    let alone = renew(&mut app, RENEW_ONE, &["ok"], &tokens).await;
     assert!(refused(&alone), "renew: {alone:?}");
     // A free lease with a record: acquire_many's answer is that group's error.
     cmd(&mut admin, &["DEL", "leader:{ok}:lease"]).await;

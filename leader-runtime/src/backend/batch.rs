@@ -118,6 +118,8 @@ struct Request {
     /// The lease key, the record key and the pause key.
     keys: GroupKeys,
     id: String,
+    /// The token of the leadership the renewal extends.
+    token: u64,
     ttl_ms: u64,
     reply: oneshot::Sender<Result<Renew>>,
 }
@@ -260,12 +262,14 @@ impl RenewBatcher {
             .unwrap_or(due)
     }
 
-    /// Renew one group's lease as part of the next batch.
+    /// Renew one group's lease, held under the leadership with `token`, as
+    /// part of the next batch.
     pub(crate) async fn renew(
         &self,
         group: &str,
         keys: &GroupKeys,
         id: &str,
+        token: u64,
         ttl_ms: u64,
     ) -> Result<Renew> {
         let (reply, answer) = oneshot::channel();
@@ -273,6 +277,7 @@ impl RenewBatcher {
             group: group.to_owned(),
             keys: keys.clone(),
             id: id.to_owned(),
+            token,
             ttl_ms,
             reply,
         };
@@ -432,6 +437,9 @@ async fn send<C: ConnectionLike>(mut conn: C, scripts: Arc<Scripts>, chunk: Vec<
             .key(&request.keys.paused);
     }
     call.arg(id).arg(ttl_ms);
+    for request in &chunk {
+        call.arg(request.token);
+    }
     let reply: redis::RedisResult<Value> = call.invoke_async(&mut conn).await;
     let replies = match reply {
         Ok(Value::Array(items)) if items.len() == chunk.len() => items,

@@ -602,7 +602,7 @@ impl MemoryBackend {
         })
     }
 
-    pub(super) fn renew(&self, op: &Op<'_>, ttl: Duration) -> Result<Renew> {
+    pub(super) fn renew(&self, op: &Op<'_>, token: u64, ttl: Duration) -> Result<Renew> {
         self.check_available(op.group)?;
         #[cfg(test)]
         self.check_cut_off(op)?;
@@ -613,10 +613,13 @@ impl MemoryBackend {
             Some(true) => {
                 let now = Instant::now();
                 let run = state.run;
-                // The rule of record.lua's renew_one: only on a vouched record.
+                // The rule of record.lua's renew_one: only on a vouched
+                // record that still names the leadership renewed.
                 match state.data.records.get_mut(&op.keys.record) {
-                    Some(r) if r.run == run => r.until = r.until.max(now + ttl),
-                    _ => return Ok(Renew::Unvouched),
+                    Some(r) if r.run != run => return Ok(Renew::Unvouched),
+                    Some(r) if r.token != token => return Ok(Renew::Other),
+                    Some(r) => r.until = r.until.max(now + ttl),
+                    None => return Ok(Renew::Unvouched),
                 }
                 state
                     .data

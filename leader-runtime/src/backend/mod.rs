@@ -110,7 +110,9 @@ pub(crate) enum Renew {
     Renewed,
     /// Nobody holds the lease any more.
     Gone,
-    /// Someone else (or another value) holds it.
+    /// Someone else (or another value) holds it, or another leadership of
+    /// ours does (the record's token is not the one renewed: our own
+    /// acquire, run late, re-created or re-claimed the lease).
     Other,
     /// We hold it, but the group's record was written by another server
     /// process (a restart from disk, a failover, a restore): nothing was
@@ -266,10 +268,11 @@ impl Backend {
         }
     }
 
-    pub(crate) async fn renew(&self, op: &Op<'_>, ttl: Duration) -> Result<Renew> {
+    /// Extend the lease we hold under the leadership with `token` by `ttl`.
+    pub(crate) async fn renew(&self, op: &Op<'_>, token: u64, ttl: Duration) -> Result<Renew> {
         match self {
-            Backend::Redis(b) => b.renew(op, ttl).await,
-            Backend::Memory(b) => b.renew(op, ttl),
+            Backend::Redis(b) => b.renew(op, token, ttl).await,
+            Backend::Memory(b) => b.renew(op, token, ttl),
         }
     }
 

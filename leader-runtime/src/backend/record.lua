@@ -139,12 +139,16 @@ local function none_paused()
   return count == 0
 end
 
--- Renew the lease at lease for holder id until now + ttl, if its record is
--- vouched for and the group is not paused (pause key pause; unpaused: the
--- caller knows it is not, from none_paused()): 1 renewed, 0 gone, -1
--- someone else holds it, -2 the record is not vouched for, -3 the group is
--- paused (nothing written for -2 and -3).
-local function renew_one(lease, record, pause, id, now, ttl, run, unpaused)
+-- Renew the lease at lease for holder id under the leadership with token
+-- (a decimal string) until now + ttl, if its record is vouched for, still
+-- names that leadership, and the group is not paused (pause key pause;
+-- unpaused: the caller knows it is not, from none_paused()): 1 renewed, 0
+-- gone, -1 someone else holds it, or another leadership does (a newer
+-- token: our own acquire, sent earlier and run late, re-created a lost key
+-- or re-claimed ours), -2 the record is not vouched for, -3 the group is
+-- paused (nothing written for -1, -2 and -3). Without the token, a renewal
+-- of an ended leadership would extend the lease of a later one.
+local function renew_one(lease, record, pause, id, token, now, ttl, run, unpaused)
   local holder = redis.call('GET', lease)
   if holder ~= id then
     if holder then return -1 end
@@ -153,12 +157,13 @@ local function renew_one(lease, record, pause, id, now, ttl, run, unpaused)
   if not unpaused and paused(pause) then return -3 end
   -- No record (all fields nil), or not the run's: not vouched for. Another
   -- type than a hash: WRONGTYPE, told apart from a refusal (raised again).
-  local f = redis.pcall('HMGET', record, 'until', 'run')
+  local f = redis.pcall('HMGET', record, 'until', 'run', 'token')
   if type(f) == 'table' and f.err then
     if redis.call('TYPE', record)['ok'] ~= 'hash' then return -2 end
-    f = redis.call('HMGET', record, 'until', 'run')
+    f = redis.call('HMGET', record, 'until', 'run', 'token')
   end
   if f[2] ~= run then return -2 end
+  if f[3] ~= token then return -1 end
   redis.call('PEXPIRE', lease, ttl)
   redis.call('HSET', record, 'until', string.format('%d', math.max(ms(f[1]), now + ttl)))
   return 1

@@ -783,14 +783,16 @@ impl RedisBackend {
         matches!(self.conn, Conn::Cluster(_))
     }
 
-    pub(super) async fn renew(&self, op: &Op<'_>, ttl: Duration) -> Result<Renew> {
+    pub(super) async fn renew(&self, op: &Op<'_>, token: u64, ttl: Duration) -> Result<Renew> {
         let Some(renewals) = &self.renewals else {
             return Err(Error::backend(
                 op.group,
                 "this connection does not renew leases (the admin API's)".to_owned(),
             ));
         };
-        renewals.renew(op.group, op.keys, op.id, millis(ttl)).await
+        renewals
+            .renew(op.group, op.keys, op.id, token, millis(ttl))
+            .await
     }
 
     /// When to renew `group`'s lease due at `due`: on the renew phase this

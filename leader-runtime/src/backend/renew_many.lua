@@ -4,6 +4,8 @@
 --          cluster: all in one hash slot)
 -- ARGV[1]  our instance id
 -- ARGV[2]  ttl in milliseconds
+-- ARGV[3…] the token of the leadership each renewal extends, one per triple
+--          in order (decimal)
 -- returns  one entry per triple, in order: renew.lua's answer (1, 0, -1, -2, -3),
 --          or a string: the error of that group alone (e.g. WRONGTYPE), so
 --          one bad key does not fail the renewals of the others (an error
@@ -16,7 +18,8 @@ local unpaused = none_paused()
 local out = {}
 for i = 1, #KEYS / 3 do
   local k = 3 * i - 2
-  local ok, answer = pcall(renew_one, KEYS[k], KEYS[k + 1], KEYS[k + 2], ARGV[1], now, ttl, run, unpaused)
+  local ok, answer = pcall(renew_one, KEYS[k], KEYS[k + 1], KEYS[k + 2], ARGV[1], ARGV[2 + i], now, ttl, run,
+    unpaused)
   if ok then
     out[i] = answer
   else

@@ -242,3 +242,73 @@ async fn a_release_of_an_older_leadership_leaves_the_newer_one() {
     assert!(backend.release(&op, "ch", second).await.unwrap());
     assert_eq!(backend.holder(G, &keys).await.unwrap(), None);
 }
+
+/// A renewal names the leadership it extends: once our own acquire, sent
+/// earlier and run late, re-created a lost lease key under a newer token,
+/// a renewal under the older token is refused and extends nothing.
+#[tokio::test(start_paused = true)]
+async fn a_renewal_of_an_older_leadership_extends_nothing() {
+    use crate::backend::{Backend, Op, Renew};
+    use crate::names::GroupKeys;
+    let mem = MemoryBackend::new();
+    let backend = Backend::Memory(mem.clone());
+    let keys = GroupKeys::new("leader", G);
+    let op = Op {
+        group: G,
+        keys: &keys,
+        id: "a",
+    };
+    let token = |won| match won {
+        crate::backend::Acquire::Won { token, .. } => token,
+        other => panic!("{other:?}"),
+    };
+    let first = token(backend.acquire(&op, TTL).await.unwrap());
+    assert_eq!(
+        backend.renew(&op, first, TTL).await.unwrap(),
+        Renew::Renewed
+    );
+    // The key is evicted, and a's earlier acquire runs late: a new
+    // leadership of a, which a's election never heard of.
+    mem.lose_lease("leader", G);
+    let second = token(backend.acquire(&op, TTL).await.unwrap());
+    assert!(second > first);
+    assert_eq!(backend.renew(&op, first, TTL).await.unwrap(), Renew::Other);
+    assert_eq!(
+        backend.renew(&op, second, TTL).await.unwrap(),
+        Renew::Renewed
+    );
+}
+
+/// A leader whose own late acquire re-claimed its lease under a newer token
+/// (its fenced writes, cron claims and release would be refused for the rest
+/// of the leadership) ends its view at its next renewal, as superseded, and
+/// campaigns again.
+#[tokio::test(start_paused = true)]
+async fn a_leader_whose_token_was_replaced_by_its_own_late_acquire_steps_back() {
+    use crate::backend::{Backend, Op};
+    use crate::names::GroupKeys;
+    let mem = MemoryBackend::new();
+    let (a, _va) = watched(&mem, "a");
+    assert!(a.run_if_leader(G, || async {}).await.is_some());
+    let mut a_events = a.subscribe();
+    let backend = Backend::Memory(mem.clone());
+    let keys = GroupKeys::new("leader", G);
+    let op = Op {
+        group: G,
+        keys: &keys,
+        id: "a",
+    };
+    let late = backend.acquire(&op, TTL).await.unwrap();
+    assert!(
+        matches!(late, crate::backend::Acquire::Won { .. }),
+        "{late:?}"
+    );
+    let replaced_at = Instant::now();
+    let lost = tokio::time::timeout(TTL * 2, next_transition(&mut a_events)).await;
+    let Ok(Event::Lost { reason, .. }) = lost else {
+        panic!("expected Lost, got {lost:?}")
+    };
+    assert_eq!(reason, crate::LostReason::Superseded);
+    assert!(Instant::now() - replaced_at <= RENEW);
+    assert!(!a.is_leader(G));
+}
