@@ -4,7 +4,6 @@
 //! master for Sentinel: `sentinel.rs`), and a pub/sub connection for
 //! release notices.
 
-use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -22,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 use super::batch::RenewBatcher;
 use super::heir::{Heir, HEIR_GRACE};
 use super::sentinel::SentinelConn;
+use unconfirmed::UnconfirmedWaits;
 use super::{Acquire, Channels, Counts, Member, Notice, NoticeSink, Op, Renew, SafeStart};
 use crate::names::GroupKeys;
 use crate::redact::redact_url;
@@ -38,6 +38,7 @@ mod heir_tests;
 #[cfg(test)]
 mod holding_tests;
 mod once;
+mod unconfirmed;
 
 /// Where and how to reach Redis, as the config builder collected it.
 #[derive(Clone)]
@@ -405,8 +406,9 @@ pub(crate) struct RedisBackend {
     call_timeout: Duration,
     /// Groups whose acquisition had to wait (a safe start) but was not
     /// confirmed by enough replicas: the record it wrote may be lost in a
-    /// failover, so the next win still waits one ttl.
-    unconfirmed_waits: Arc<Mutex<HashSet<String>>>,
+    /// failover, so the next win still waits one ttl. Each mark is dropped
+    /// once it no longer matters (see [`UnconfirmedWaits`]).
+    unconfirmed_waits: Arc<Mutex<UnconfirmedWaits>>,
     /// The heir rule's timings (see `heir.rs`); `None`: off.
     heir: Option<Heir>,
 }
@@ -572,7 +574,8 @@ impl RedisBackend {
             .collect();
         let script = &self.scripts.acquire_many;
         // With `min_replicas`: every group is in doubt until the reply is read.
-        let doubt = (self.min_replicas > 0).then(|| self.in_doubt(groups.iter().map(|g| g.0)));
+        let doubt =
+            (self.min_replicas > 0).then(|| self.in_doubt(groups.iter().map(|g| g.0), ttl));
         let (reply, acks) = if self.min_replicas > 0 {
             match self.invoke_and_wait(script, &keys, id, ttl).await {
                 Ok((reply, acks)) => (Ok(reply), Some(acks)),
@@ -622,7 +625,7 @@ impl RedisBackend {
                     (Some(acks), Ok(acquired)) => self.confirm(group, acquired, acks, ttl),
                     // No reply `confirm` can judge: as a call with none.
                     (Some(_), Err(e)) => {
-                        self.unconfirmed(group);
+                        self.unconfirmed(group, ttl);
                         Err(e)
                     }
                     (None, acquired) => acquired,
@@ -635,7 +638,7 @@ impl RedisBackend {
     /// connection so that the `WAIT` covers the acquire's writes.
     async fn acquire_confirmed(&self, op: &Op<'_>, ttl: Duration) -> Result<Acquire> {
         let keys = [&*op.keys.lease, &*op.keys.record, &*op.keys.paused];
-        let doubt = self.in_doubt([op.group]);
+        let doubt = self.in_doubt([op.group], ttl);
         let (reply, acks) = self
             .invoke_and_wait(&self.scripts.acquire, &keys, op.id, ttl)
             .await
@@ -647,20 +650,40 @@ impl RedisBackend {
 
     /// The groups of an acquire + `WAIT` call, in doubt until its reply is
     /// read (see [`InDoubt`]).
-    fn in_doubt<'a>(&'a self, groups: impl IntoIterator<Item = &'a str>) -> InDoubt<'a> {
+    fn in_doubt<'a>(
+        &'a self,
+        groups: impl IntoIterator<Item = &'a str>,
+        ttl: Duration,
+    ) -> InDoubt<'a> {
         InDoubt {
             backend: self,
             groups: groups.into_iter().collect(),
+            ttl,
         }
     }
 
     /// Mark `group` as won by a safe start no `WAIT` confirmed: its next win
     /// waits one ttl (see [`Self::confirm`]).
-    fn unconfirmed(&self, group: &str) {
+    fn unconfirmed(&self, group: &str, ttl: Duration) {
         self.unconfirmed_waits
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(group.to_owned());
+            .mark(group, self.mark_lasts(ttl));
+    }
+
+    /// How long a mark of [`Self::unconfirmed`] matters: see
+    /// [`UnconfirmedWaits`].
+    fn mark_lasts(&self, ttl: Duration) -> Duration {
+        ttl.saturating_add(self.call_timeout)
+    }
+
+    /// How many groups are marked (expired marks not yet pruned included).
+    #[cfg(test)]
+    pub(crate) fn unconfirmed_len(&self) -> usize {
+        self.unconfirmed_waits
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .len()
     }
 
     /// `script` (an acquire script) on `keys` with our `id` and `ttl`, then
@@ -722,6 +745,7 @@ impl RedisBackend {
             .unconfirmed_waits
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
+        unconfirmed.tidy();
         match acquired {
             Acquire::Won {
                 token,
@@ -750,7 +774,7 @@ impl RedisBackend {
                 };
                 if let Some(e) = unconfirmed_by {
                     if why != SafeStart::No {
-                        unconfirmed.insert(group.to_owned());
+                        unconfirmed.mark(group, self.mark_lasts(ttl));
                     }
                     return Err(e);
                 }
@@ -1072,6 +1096,8 @@ fn backend_message(message: &str) -> Error {
 struct InDoubt<'a> {
     backend: &'a RedisBackend,
     groups: Vec<&'a str>,
+    /// The call's ttl (how long a mark matters follows from it).
+    ttl: Duration,
 }
 
 impl InDoubt<'_> {
@@ -1090,12 +1116,15 @@ impl Drop for InDoubt<'_> {
             groups = self.groups.len(),
             "acquire + WAIT without a reply: each group's next win waits one ttl"
         );
+        let lasts = self.backend.mark_lasts(self.ttl);
         let mut unconfirmed = self
             .backend
             .unconfirmed_waits
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        unconfirmed.extend(self.groups.iter().map(|g| (*g).to_owned()));
+        for group in &self.groups {
+            unconfirmed.mark(group, lasts);
+        }
     }
 }
 
