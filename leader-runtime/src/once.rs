@@ -124,8 +124,12 @@ impl Once {
     /// instances and restarts: every attempt started counts, whether its
     /// body returned an error or its runner stopped before recording
     /// anything (a crash, a lost lease, a dropped call). Once `attempts`
-    /// were started and none is running (nobody holds the name's lease),
-    /// a call returns [`Error::OnceFailed`] instead of running or waiting: a
+    /// were started and none may still run — nobody holds the name's lease,
+    /// its last holder can no longer believe it leads (a lease key evicted
+    /// or deleted early does not count as ended), and no runner that lost
+    /// the lease mid-body still says its body runs (it does so every
+    /// `renew_interval` while the body runs; a crashed one stops) — a call
+    /// returns [`Error::OnceFailed`] instead of running or waiting: a
     /// waiter learns it at its next read (every `retry_interval`), or when
     /// its own election wins the lease. The limit is the caller's: a call
     /// with a higher one, or [`Runtime::reset_once`], allows more. At least
@@ -332,9 +336,12 @@ impl Runtime {
     /// - [`Error::OnceFailed`]: the attempts are used up;
     /// - [`Error::OnceTimeout`]: no result within the timeout (the backend
     ///   unreachable all along, or another instance still running);
-    /// - [`Error::OnceUnrecorded`]: `body` succeeded here but the lease was
-    ///   lost before the success was known to be recorded; unless it was
-    ///   (a reply lost on the way), another instance runs it again.
+    /// - [`Error::OnceUnrecorded`]: `body` succeeded here but was not known
+    ///   to be recorded: another attempt started after this one lost the
+    ///   lease, or the backend did not answer. A body that succeeds after
+    ///   losing the lease is still recorded when no later attempt started
+    ///   meanwhile; unless it was (a reply lost on the way), another
+    ///   instance runs it again.
     ///
     /// # Cancel safety
     ///
@@ -653,7 +660,7 @@ impl<'a> Call<'a> {
             token = holder.token,
             "once: running the body"
         );
-        match self.run_body(body, &lease).await {
+        match self.run_body(body, &holder, &lease).await {
             Ok(summary) => {
                 let summary = bounded(summary.into(), self.name, "summary");
                 Some(self.record_done(&holder, &lease, &summary).await)
@@ -673,9 +680,18 @@ impl<'a> Call<'a> {
         }
     }
 
-    /// Run the body to its end (if the lease is lost meanwhile, say so: the
-    /// election is out of the race already, see `attempt`).
-    async fn run_body<F, Fut, S, E>(&self, body: F, lease: &Lease) -> Fut::Output
+    /// Run the body to its end. If the lease is lost meanwhile (the
+    /// election is out of the race already, see `attempt`), say so, and
+    /// keep telling the backend that the attempt still runs (every
+    /// `renew_interval`, for one `ttl` each time) until it ends: until then
+    /// no waiter concludes that the attempts are used up, and its outcome
+    /// is still recorded unless a later attempt started meanwhile.
+    async fn run_body<F, Fut, S, E>(
+        &self,
+        body: F,
+        holder: &Holder<'_>,
+        lease: &Lease,
+    ) -> Fut::Output
     where
         F: FnOnce() -> Fut,
         Fut: Future<Output = std::result::Result<S, E>>,
@@ -690,8 +706,30 @@ impl<'a> Call<'a> {
         tracing::warn!(
             name = self.name,
             token = lease.token(),
-            "once: the lease was lost while the body runs; its result will not be recorded"
+            "once: the lease was lost while the body runs; its outcome is recorded unless another attempt starts first"
         );
+        let config = self.rt.config();
+        let (ttl, every) = (config.ttl, config.renew_interval);
+        loop {
+            let beat = self.step(holder, Step::Alive { ttl });
+            tokio::select! {
+                biased;
+                out = &mut body => return out,
+                said = beat => {
+                    // A later attempt started, or the name is done: no more
+                    // to say. (A backend error is logged by `step`; the next
+                    // beat tries again.)
+                    if let Ok((Verdict::Lost | Verdict::Done, _)) = said {
+                        break;
+                    }
+                }
+            }
+            tokio::select! {
+                biased;
+                out = &mut body => return out,
+                () = sleep(every) => {}
+            }
+        }
         body.await
     }
 
@@ -754,6 +792,7 @@ impl<'a> Call<'a> {
             Step::Begin { .. } => "starting an attempt",
             Step::Done { .. } => "recording the success",
             Step::Fail { .. } => "recording the failure",
+            Step::Alive { .. } => "saying the body still runs",
         };
         let answer = backend::within(&self.group, limit, ctx.backend.once_step(holder, step));
         self.logged(&self.steps_failing, what, answer.await)

@@ -1,7 +1,8 @@
-//! The run-once operations of the backends: start an attempt, record its
-//! success or failure (each only under the name's lease, with its token),
-//! read the result (and whether the lease is held), reset the attempt count
-//! (only while nobody holds the lease). `once.lua` is the Redis side,
+//! The run-once operations of the backends: start an attempt (only under
+//! the name's lease, with its token), record its success or failure or say
+//! it still runs (only while it is the latest attempt), read the result
+//! (and whether an attempt may still run), reset the attempt count (only
+//! while none may). `once.lua` is the Redis side,
 //! `memory/once.rs` the same rules in memory.
 
 use super::Backend;
@@ -27,15 +28,20 @@ impl OnceKeys {
     }
 }
 
-/// An operation of the lease holder on the result.
+/// An operation of a runner on the result: `Begin` under the lease, the
+/// others while its attempt is the latest (with or without the lease).
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Step<'a> {
-    /// Start an attempt, if fewer than `limit` were started.
+    /// Start an attempt, if fewer than `limit` were started and none may
+    /// still run.
     Begin { limit: u32 },
     /// The body succeeded: record it with `summary`.
     Done { summary: &'a str },
     /// The body failed with `error` (redacted).
     Fail { error: &'a str },
+    /// The body still runs although the lease was lost: for `ttl` more,
+    /// nobody concludes that the attempts are used up.
+    Alive { ttl: std::time::Duration },
 }
 
 /// Who asks: the lease holder `id` under `token`.
@@ -55,9 +61,11 @@ pub(crate) enum Verdict {
     Run,
     Failed,
     Open,
-    /// Read: somebody holds the name's lease.
+    /// Read: an attempt may still run (the lease is held, its last holder
+    /// may still lead, or a deposed runner said its body still runs).
+    /// Begin: the attempts are used up, but the latest may still run.
     Held,
-    /// Reset: somebody holds the name's lease; nothing was reset.
+    /// Reset: an attempt may still run; nothing was reset.
     Busy,
 }
 
@@ -118,9 +126,9 @@ impl Backend {
         }
     }
 
-    /// The result as stored, read without the lease, and whether somebody
-    /// holds the lease: [`Verdict::Done`], [`Verdict::Held`] or
-    /// [`Verdict::Open`] (nobody: no attempt is running).
+    /// The result as stored, read without the lease, and whether an attempt
+    /// may still run: [`Verdict::Done`], [`Verdict::Held`] or
+    /// [`Verdict::Open`] (no attempt is running).
     pub(crate) async fn once_read(
         &self,
         group: &str,
@@ -134,7 +142,7 @@ impl Backend {
 
     /// Forget the attempts and failures (not a success) of a name:
     /// [`Verdict::Open`] when done, [`Verdict::Busy`] (nothing changed) while
-    /// somebody holds the lease, [`Verdict::Done`] after a success.
+    /// an attempt may still run, [`Verdict::Done`] after a success.
     pub(crate) async fn once_reset(
         &self,
         group: &str,

@@ -21,11 +21,11 @@ use tokio_util::sync::CancellationToken;
 use super::batch::RenewBatcher;
 use super::heir::{Heir, HEIR_GRACE};
 use super::sentinel::SentinelConn;
-use unconfirmed::UnconfirmedWaits;
 use super::{Acquire, Channels, Counts, Member, Notice, NoticeSink, Op, Renew, SafeStart};
 use crate::names::GroupKeys;
 use crate::redact::redact_url;
 use crate::{Error, Result};
+use unconfirmed::UnconfirmedWaits;
 
 #[cfg(test)]
 mod acquire_many_tests;
@@ -574,8 +574,7 @@ impl RedisBackend {
             .collect();
         let script = &self.scripts.acquire_many;
         // With `min_replicas`: every group is in doubt until the reply is read.
-        let doubt =
-            (self.min_replicas > 0).then(|| self.in_doubt(groups.iter().map(|g| g.0), ttl));
+        let doubt = (self.min_replicas > 0).then(|| self.in_doubt(groups.iter().map(|g| g.0), ttl));
         let (reply, acks) = if self.min_replicas > 0 {
             match self.invoke_and_wait(script, &keys, id, ttl).await {
                 Ok((reply, acks)) => (Ok(reply), Some(acks)),

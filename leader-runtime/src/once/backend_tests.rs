@@ -19,7 +19,13 @@ fn brief((verdict, stored): (Verdict, Stored)) -> (Verdict, u32, u32) {
     (verdict, stored.attempts, stored.failures)
 }
 
-async fn scenario(backend: &Backend) {
+/// `scenario` on `backend`; `age(record key)` makes the record of the
+/// name's group look one ttl older (every earlier leadership over).
+async fn scenario<A, F>(backend: &Backend, age: A)
+where
+    A: Fn(String) -> F,
+    F: std::future::Future<Output = ()>,
+{
     let keys = OnceKeys::new("leader", GROUP);
     let op = Op {
         group: GROUP,
@@ -64,6 +70,12 @@ async fn scenario(backend: &Backend) {
     // No reset while the lease is held: an attempt may be running.
     assert_eq!(reset().await, (Verdict::Busy, 1, 1));
     assert!(backend.release(&op, "ch", token).await.unwrap());
+    // Released, but the earlier leadership of `old` may still believe it
+    // leads (a re-claim keeps its time in the record): an attempt of it
+    // may still run.
+    assert_eq!(read().await, (Verdict::Held, 1, 1));
+    assert_eq!(reset().await, (Verdict::Busy, 1, 1));
+    age(keys.group.record.clone()).await;
     assert_eq!(read().await, (Verdict::Open, 1, 1));
 
     // Crashes alone use up the limit: two attempts begun, never ended.
@@ -72,6 +84,7 @@ async fn scenario(backend: &Backend) {
         let token = acquire().await;
         assert_eq!(step(token, begin(2)).await, (Verdict::Run, attempts, 0));
         backend.release(&op, "ch", token).await.unwrap();
+        age(keys.group.record.clone()).await;
     }
     let token = acquire().await;
     assert_eq!(step(token, begin(2)).await, (Verdict::Failed, 2, 0));
@@ -90,7 +103,8 @@ async fn scenario(backend: &Backend) {
 
 #[tokio::test(start_paused = true)]
 async fn the_rules_in_memory() {
-    scenario(&Backend::Memory(MemoryBackend::new())).await;
+    let age = |_| tokio::time::advance(TTL);
+    scenario(&Backend::Memory(MemoryBackend::new()), age).await;
 }
 
 #[tokio::test]
@@ -104,6 +118,14 @@ async fn the_rules_on_redis() {
             .unwrap(),
     )
     .unwrap();
-    scenario(&rt.ctx().backend).await;
+    let age = |record: String| {
+        let server = &server;
+        async move {
+            for field in ["until", "prior"] {
+                server.cmd(&["HSET", &record, field, "0"]).await.unwrap();
+            }
+        }
+    };
+    scenario(&rt.ctx().backend, age).await;
     rt.shutdown().await;
 }

@@ -706,3 +706,102 @@ fn a_success_time_no_clock_writes_reads_as_the_epoch() {
     assert_eq!(at(9_000_000_000_000_000), std::time::UNIX_EPOCH);
     assert_eq!(at(u64::MAX), std::time::UNIX_EPOCH);
 }
+
+/// The runner's lease key is evicted while its body runs, and the attempts
+/// are used up (one): a waiter must not report `OnceFailed` while that body
+/// may still run (neither from its reads nor from a begin once its own
+/// election won the lease), and the body's later success is recorded.
+/// Fails on the old code: the waiter's next read found nobody holding the
+/// lease and returned `OnceFailed`, and the success came back
+/// `OnceUnrecorded`.
+#[tokio::test(start_paused = true)]
+async fn an_evicted_runners_body_is_never_reported_failed_and_its_success_is_recorded() {
+    let mem = MemoryBackend::new();
+    let (a, b) = (instance(&mem, "a"), instance(&mem, "b"));
+    let (started, is_started) = oneshot::channel();
+    let (finish, may_finish) = oneshot::channel::<()>();
+    let runner = tokio::spawn({
+        let a = a.clone();
+        async move {
+            Once::new(NAME)
+                .attempts(1)
+                .run_on(&a, || async move {
+                    let _ = started.send(current_lease().unwrap().token());
+                    let _ = may_finish.await;
+                    Ok::<_, std::io::Error>("a's summary")
+                })
+                .await
+        }
+    });
+    let token = is_started.await.unwrap();
+    let b_runs = Arc::new(AtomicU32::new(0));
+    let waiter = tokio::spawn({
+        let (b, body) = (b.clone(), counting(&b_runs, Duration::ZERO));
+        async move { Once::new(NAME).attempts(1).run_on(&b, body).await }
+    });
+    settle().await;
+    mem.lose_lease("leader", "once:migrate-2026-12");
+    // Long past the end of a's view and b's election winning the lease:
+    // a's body still runs, so b neither fails nor runs its own.
+    sleep(TTL * 5).await;
+    assert!(!runner.is_finished());
+    assert!(
+        !waiter.is_finished(),
+        "the waiter settled while the body runs: {:?}",
+        waiter.await
+    );
+    assert_eq!(b_runs.load(Ordering::SeqCst), 0);
+    finish.send(()).unwrap();
+    let done = runner.await.unwrap().expect("the success is recorded");
+    assert!(done.ran_here);
+    assert_eq!((done.token, done.summary.as_str()), (token, "a's summary"));
+    let seen = waiter.await.unwrap().expect("the waiter gets a's record");
+    assert!(!seen.ran_here);
+    assert_eq!((seen.instance_id.as_str(), seen.token), ("a", token));
+    assert_eq!(b_runs.load(Ordering::SeqCst), 0);
+}
+
+/// A runner that crashes after its lease key was evicted (here: its body
+/// is dropped while it says it still runs) stops saying so: within one ttl
+/// of its last word, a waiter learns that the attempts are used up.
+#[tokio::test(start_paused = true)]
+async fn a_deposed_runner_that_stops_is_concluded_failed_within_a_ttl() {
+    let mem = MemoryBackend::new();
+    let (a, b) = (instance(&mem, "a"), instance(&mem, "b"));
+    let (started, is_started) = oneshot::channel();
+    let runner = tokio::spawn({
+        let a = a.clone();
+        async move {
+            Once::new(NAME)
+                .attempts(1)
+                .run_on(&a, || async move {
+                    let _ = started.send(());
+                    std::future::pending::<()>().await;
+                    Ok::<_, std::io::Error>("never")
+                })
+                .await
+        }
+    });
+    is_started.await.unwrap();
+    let waiter = tokio::spawn({
+        let b = b.clone();
+        async move {
+            Once::new(NAME)
+                .attempts(1)
+                .run_on(&b, || async { Ok::<_, std::io::Error>("b") })
+                .await
+        }
+    });
+    settle().await;
+    mem.lose_lease("leader", "once:migrate-2026-12");
+    sleep(TTL * 3).await;
+    assert!(!waiter.is_finished());
+    runner.abort();
+    let stopped = Instant::now();
+    let failed = waiter.await.unwrap();
+    assert!(
+        matches!(failed, Err(Error::OnceFailed { attempts: 1, .. })),
+        "{failed:?}"
+    );
+    assert!(stopped.elapsed() <= TTL + RENEW, "{:?}", stopped.elapsed());
+}

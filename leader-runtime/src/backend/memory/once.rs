@@ -5,6 +5,8 @@ use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use tokio::time::Instant;
+
 use super::super::once::{Done, Holder, OnceKeys, Step, Stored, Verdict};
 use super::MemoryBackend;
 use crate::Result;
@@ -19,6 +21,18 @@ struct Entry {
     stored: Stored,
     started_token: Option<u64>,
     failed_token: Option<u64>,
+    /// Until when the latest attempt's runner, deposed mid-body, said it
+    /// still runs.
+    running_until: Option<Instant>,
+}
+
+impl Entry {
+    /// Whether the latest attempt's runner said its body still runs.
+    fn attempt_alive(&self, now: Instant) -> bool {
+        self.started_token.is_some()
+            && self.failed_token != self.started_token
+            && self.running_until.is_some_and(|u| u > now)
+    }
 }
 
 impl MemoryBackend {
@@ -42,14 +56,21 @@ impl MemoryBackend {
             .0
             .entry(holder.keys.result.clone())
             .or_default();
+        let now = Instant::now();
+        let latest = entry.started_token == Some(holder.token);
         let verdict = if entry.stored.done.is_some() {
             Verdict::Done
-        } else if !ours {
-            Verdict::Lost
         } else {
             match step {
-                Step::Begin { .. } if entry.started_token == Some(holder.token) => Verdict::Run,
-                Step::Begin { limit } if entry.stored.attempts >= limit => Verdict::Failed,
+                Step::Begin { .. } if !ours => Verdict::Lost,
+                Step::Begin { .. } if latest => Verdict::Run,
+                Step::Begin { limit } if entry.stored.attempts >= limit => {
+                    if entry.attempt_alive(now) {
+                        Verdict::Held
+                    } else {
+                        Verdict::Failed
+                    }
+                }
                 Step::Begin { .. } => {
                     let s = &mut entry.stored;
                     s.attempts += 1;
@@ -61,6 +82,7 @@ impl MemoryBackend {
                     entry.started_token = Some(holder.token);
                     Verdict::Run
                 }
+                _ if !latest => Verdict::Lost,
                 Step::Done { summary } => {
                     let at_ms = SystemTime::now()
                         .duration_since(UNIX_EPOCH)
@@ -81,6 +103,12 @@ impl MemoryBackend {
                     entry.failed_token = Some(holder.token);
                     entry.stored.error = error.to_owned();
                     Verdict::Open
+                }
+                Step::Alive { .. } if entry.failed_token == Some(holder.token) => Verdict::Lost,
+                Step::Alive { ttl } => {
+                    let until = crate::clock::deadline_in(ttl);
+                    entry.running_until = Some(entry.running_until.map_or(until, |u| u.max(until)));
+                    Verdict::Run
                 }
             }
         };
@@ -103,6 +131,32 @@ impl MemoryBackend {
         self.inner.lose_once_replies.store(lose, Ordering::SeqCst);
     }
 
+    /// Whether an attempt of the name may still run (see `once.lua`):
+    /// somebody holds the lease, its last holder may still lead (the lease
+    /// lost early, or a record this server cannot vouch for), or the latest
+    /// attempt's runner said its body still runs.
+    fn may_run(state: &mut super::State, keys: &OnceKeys) -> bool {
+        if Self::live(state, &keys.group.lease).is_some() {
+            return true;
+        }
+        let now = Instant::now();
+        let run = state.run;
+        if state
+            .data
+            .records
+            .get(&keys.group.record)
+            .is_some_and(|r| r.run != run || r.until > now)
+        {
+            return true;
+        }
+        state
+            .data
+            .once
+            .0
+            .get(&keys.result)
+            .is_some_and(|e| e.attempt_alive(now))
+    }
+
     pub(in crate::backend) fn once_read(
         &self,
         group: &str,
@@ -110,7 +164,7 @@ impl MemoryBackend {
     ) -> Result<(Verdict, Stored)> {
         self.check_available(group)?;
         let mut state = self.state();
-        let held = Self::live(&mut state, &keys.group.lease).is_some();
+        let held = Self::may_run(&mut state, keys);
         let stored = state
             .data
             .once
@@ -135,7 +189,7 @@ impl MemoryBackend {
     ) -> Result<(Verdict, Stored)> {
         self.check_available(group)?;
         let mut state = self.state();
-        let held = Self::live(&mut state, &keys.group.lease).is_some();
+        let held = Self::may_run(&mut state, keys);
         let entry = state.data.once.0.entry(keys.result.clone()).or_default();
         let verdict = if entry.stored.done.is_some() {
             Verdict::Done

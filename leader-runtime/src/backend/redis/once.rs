@@ -32,12 +32,14 @@ impl RedisBackend {
             Step::Begin { .. } => inv.arg("begin"),
             Step::Done { .. } => inv.arg("done"),
             Step::Fail { .. } => inv.arg("fail"),
+            Step::Alive { .. } => inv.arg("alive"),
         };
         inv.arg(holder.id).arg(holder.token.to_string());
         match step {
             Step::Begin { limit } => inv.arg(limit),
             Step::Done { summary } => inv.arg(summary),
             Step::Fail { error } => inv.arg(error),
+            Step::Alive { ttl } => inv.arg(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX)),
         };
         self.invoke_once(holder.group, &inv).await
     }

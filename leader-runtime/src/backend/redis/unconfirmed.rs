@@ -135,7 +135,11 @@ mod tests {
         for i in 0..10_000 {
             waits.mark(&format!("g{i}"), Duration::from_millis(50));
             tokio::time::advance(Duration::from_millis(1)).await;
-            assert!(waits.len() <= 2 * 50 + SWEEP_AT_LEAST, "{i}: {}", waits.len());
+            assert!(
+                waits.len() <= 2 * 50 + SWEEP_AT_LEAST,
+                "{i}: {}",
+                waits.len()
+            );
         }
     }
 }
