@@ -9,6 +9,9 @@
 //! writer's token with that mark and writes only if the token is not below
 //! it, in the same atomic step. A deposed leader is locked out from the
 //! moment its successor is elected, before the successor writes anything.
+//! A record the server does not vouch for (restored from an older snapshot,
+//! promoted from a lagging replica), or none at all, refuses every write
+//! until the next election: its mark may be older than tokens issued since.
 //!
 //! Get a [`Fence`] from the lease of a gated body
 //! ([`Lease::fence`](crate::Lease::fence)); name the keys you write with
@@ -101,9 +104,13 @@ pub enum Fenced<T> {
         /// The token the write carried (this leadership's).
         token: u64,
         /// The group's high-water mark: the last token issued. `None` when
-        /// the server has no record of the group (it lost its data): no
-        /// token can be vouched for until the next election, so every
-        /// fenced write is refused until then (fail closed).
+        /// the server has no record of the group (it lost its data), or one
+        /// it does not vouch for (restarted from an older RDB or AOF file,
+        /// promoted from a lagging replica, restored: a later token may
+        /// have been issued and lost): no token can be vouched for until
+        /// the next election, so every fenced write is refused until then
+        /// (fail closed; the leader's renewal fails there too, and it
+        /// acquires again with a safe start).
         mark: Option<u64>,
     },
 }

@@ -314,8 +314,12 @@
 //! writes only if the token is not below it. So a deposed leader is locked
 //! out from the moment its successor is *elected*, before the successor
 //! writes anything. Otherwise the call returns [`Fenced::Stale`] with the
-//! mark (not an error). No record (the server lost its data) refuses every
-//! write until the next election (fail closed). Keys must be in the group's
+//! mark (not an error). No record (the server lost its data), or one the
+//! server does not vouch for (restarted from an older RDB or AOF file,
+//! promoted from a lagging replica: its mark may be older than tokens issued
+//! since), refuses every write until the next election (fail closed; the
+//! leader's renewal fails there too, and it acquires again with a safe
+//! start). Keys must be in the group's
 //! hash slot — name them with [`Fence::key`] — so the same code runs on
 //! Redis Cluster; other keys are refused with [`Error::KeySlot`] before
 //! anything is sent. The memory backend applies the same rule (its

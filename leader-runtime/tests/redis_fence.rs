@@ -1,7 +1,8 @@
 //! Fenced writes against a real `redis-server` and a real 3-master Redis
 //! Cluster (each test starts its own): applied with the current token,
 //! refused with the mark once a successor was elected (before it wrote
-//! anything), exact above 2^53, fail closed without a record, keys outside
+//! anything), exact above 2^53, fail closed without a record or on one
+//! restored from an older snapshot, keys outside
 //! the group's slot refused before anything is sent, user scripts.
 //! (A paused and a partitioned leader writing through the fence, as
 //! processes: `tests/fence_chaos.rs` at the root.)
@@ -10,7 +11,7 @@ use std::time::Duration;
 
 use leader_runtime::fence::{FencedScript, Reply};
 use leader_runtime::{Error, Event, Fenced, Lease, Runtime};
-use leader_testkit::{RedisCluster, RedisServer};
+use leader_testkit::{Persisted, RedisCluster, RedisServer};
 use tokio::time::timeout;
 
 mod support;
@@ -32,6 +33,11 @@ fn record_key(group: &str) -> String {
 
 /// `rt` leads `group` (waiting for its election if need be): the lease.
 async fn lead(rt: &Runtime, group: &str) -> Lease {
+    lead_within(rt, group, TTL * 4).await
+}
+
+/// `rt` leads `group`, elected within `within`: the lease.
+async fn lead_within(rt: &Runtime, group: &str, within: Duration) -> Lease {
     let mut events = rt.subscribe();
     let lease = || async {
         rt.run_if_leader(group, || async { leader_runtime::current_lease() })
@@ -41,7 +47,7 @@ async fn lead(rt: &Runtime, group: &str) -> Lease {
     if let Some(lease) = lease().await {
         return lease;
     }
-    timeout(TTL * 4, async {
+    timeout(within, async {
         loop {
             if let Event::Elected { group: g, .. } = events.recv().await.unwrap() {
                 if g == group {
@@ -205,8 +211,9 @@ async fn tokens_compare_exactly_above_2_pow_53_and_a_missing_record_fails_closed
         stale(fence.set(&key, "2").await.unwrap()),
         (9_007_199_254_740_995, Some(9_007_199_254_740_996))
     );
-    // Below our token (a record restored from before our election): the
-    // write applies and raises the mark to our token.
+    // Below our token on a record this server vouches for (a token issued
+    // where the record does not show it): the write applies and raises the
+    // mark to our token.
     server
         .cmd(&["HSET", &record, "token", "9007199254740994"])
         .await
@@ -238,6 +245,97 @@ async fn tokens_compare_exactly_above_2_pow_53_and_a_missing_record_fails_closed
         Some(1)
     );
     a.shutdown().await;
+}
+
+/// How long an election of the slow instances below may take: a new
+/// group's first one waits their ttl.
+const SLOW_WITHIN: Duration = Duration::from_secs(8);
+
+/// Restarted from an older snapshot, the server holds a record whose mark
+/// was superseded since: it does not vouch for it, so no deposed leader's
+/// write applies there — not one carrying the restored mark itself, not
+/// one above it (before, both applied, and the second raised the mark) —
+/// until the current leader has acquired again with a safe start.
+#[tokio::test]
+async fn after_a_restart_from_an_older_snapshot_no_deposed_leader_writes() {
+    let mut server = RedisServer::start().await.unwrap();
+    // Renewals 1.5 s apart: the leader's renewal, which finds the restored
+    // record and leads to a new election (a new mark), comes well after
+    // the deposed writes.
+    let url = server.url();
+    let slow = |id: &str| {
+        runtime(
+            config(id)
+                .redis_url(url.clone())
+                .ttl(Duration::from_secs(4))
+                .renew_interval(Duration::from_millis(1500)),
+        )
+    };
+    let a = slow("a");
+    let first = lead_within(&a, "jobs", SLOW_WITHIN).await.fence();
+    let key = first.key("state");
+    // The snapshot's mark: a's first token.
+    server.cmd(&["SAVE"]).await.unwrap();
+    let b = slow("b");
+    assert_eq!(b.run_if_leader("jobs", || async {}).await, None);
+    a.step_down("jobs").await.unwrap();
+    let second = lead_within(&b, "jobs", SLOW_WITHIN).await.fence();
+    assert!(second.token() > first.token());
+    b.step_down("jobs").await.unwrap();
+    let third = lead_within(&a, "jobs", SLOW_WITHIN).await.fence();
+    assert!(third.token() > second.token());
+    assert_eq!(
+        third.set(&key, "a again").await.unwrap(),
+        Fenced::Applied(())
+    );
+
+    server.restart_from(Persisted::Rdb).await.unwrap();
+    let mark = server.cmd(&["HGET", &record_key("jobs"), "token"]).await;
+    assert_eq!(mark.unwrap(), first.token().to_string().as_str());
+    for (deposed, value) in [(&first, "a, deposed"), (&second, "b, deposed")] {
+        // The first call after the restart may find the old connection broken.
+        let mut written = deposed.set(&key, value).await;
+        for _ in 0..20 {
+            if written.is_ok() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            written = deposed.set(&key, value).await;
+        }
+        // Refused: no mark on the restored record, or a greater one once
+        // the leader acquired again (its renewal found that record).
+        let (token, mark) = stale(written.unwrap());
+        assert_eq!(token, deposed.token(), "{value}");
+        assert!(mark.is_none_or(|m| m > third.token()), "{value}: {mark:?}");
+    }
+    // The snapshot predates a's write: nothing was written since.
+    assert_eq!(get(&server, &key).await, None);
+    // Nor was the mark raised to a deposed token: it is the restored one,
+    // or a new election's.
+    let mark = server.cmd(&["HGET", &record_key("jobs"), "token"]).await;
+    let mark: u64 = mark.unwrap().as_str().unwrap().parse().unwrap();
+    assert!(mark == first.token() || mark > third.token(), "{mark}");
+
+    // The leader acquires again (its renewal fails on that record), with a
+    // token above every earlier one, and writes.
+    let fourth = timeout(Duration::from_secs(12), async {
+        loop {
+            let fence = lead_within(&a, "jobs", SLOW_WITHIN).await.fence();
+            if fence.token() != third.token() {
+                return fence;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("a leads again under a new token");
+    assert!(fourth.token() > third.token());
+    assert_eq!(
+        fourth.set(&key, "a, new").await.unwrap(),
+        Fenced::Applied(())
+    );
+    a.shutdown().await;
+    b.shutdown().await;
 }
 
 #[tokio::test]

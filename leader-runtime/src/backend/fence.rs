@@ -213,7 +213,8 @@ pub(crate) struct Call<'a> {
 pub(crate) enum Outcome {
     /// Written; the write's own reply.
     Applied(Reply),
-    /// Refused: the mark (`None`: no record to vouch for any token).
+    /// Refused: the mark (`None`: no record, or none the server vouches
+    /// for, to vouch for any token).
     Stale(Option<u64>),
 }
 
@@ -355,7 +356,7 @@ impl MemoryKeys {
     }
 
     /// The memory backend's fenced write: `mark` is the group's record token
-    /// (`None`: no record).
+    /// (`None`: no record, or one the server does not vouch for).
     pub(crate) fn apply(&mut self, mark: Option<&mut u64>, call: &Call<'_>) -> Result<Outcome> {
         let Some(mark) = mark else {
             return Ok(Outcome::Stale(None));

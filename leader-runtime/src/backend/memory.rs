@@ -371,8 +371,14 @@ impl MemoryBackend {
     pub(super) fn fenced(&self, call: &Call<'_>) -> Result<Outcome> {
         self.check_available(call.group)?;
         let mut state = self.state();
+        let run = state.run;
         let data = &mut state.data;
-        let mark = data.records.get_mut(call.record).map(|r| &mut r.token);
+        // fence.lua's rule: only a record this server vouches for has a mark.
+        let mark = data
+            .records
+            .get_mut(call.record)
+            .filter(|r| r.run == run)
+            .map(|r| &mut r.token);
         data.fenced.apply(mark, call)
     }
 

@@ -71,7 +71,7 @@ end
 local function may_run(now)
   local rec, err = read_record(KEYS[2])
   if err then return nil, err end
-  if rec and (rec.legacy or rec.run ~= this_run() or rec['until'] > now) then return true end
+  if rec and (not vouched(rec, this_run()) or rec['until'] > now) then return true end
   return attempt_alive(now)
 end
 

@@ -51,6 +51,13 @@ local function this_run()
   return run
 end
 
+-- Whether this server vouches for the record rec (read_record's, not nil):
+-- its writer was this server's run (see above); never a record of the
+-- first format.
+local function vouched(rec, run)
+  return not rec.legacy and rec.run == run
+end
+
 -- Whether decimal string a > b (both without leading zeros).
 local function greater(a, b)
   if #a ~= #b then return #a > #b end
@@ -192,11 +199,10 @@ local function grant(lease, record, id, ttl, ttl_arg, clock, holder)
   local rec, err = read_record(record)
   if err then return nil, err end
 
-  local vouched = rec ~= nil and rec.run == run
   local wait, why, prior = ttl, 'first', now + ttl
-  if rec and not vouched then
+  if rec and not vouched(rec, run) then
     why = 'unvouched'
-  elseif vouched then
+  elseif rec then
     -- A re-claim waits only for the holders before us.
     local earlier = holder and rec.prior or rec['until']
     wait, why, prior = math.max(0, earlier - now), 'early', rec['until']

@@ -312,3 +312,52 @@ async fn a_leader_whose_token_was_replaced_by_its_own_late_acquire_steps_back() 
     assert!(Instant::now() - replaced_at <= RENEW);
     assert!(!a.is_leader(G));
 }
+
+/// fence.lua's rule on memory: a record restored from an older snapshot is
+/// not vouched for, so no fenced write applies on it — not one carrying the
+/// restored mark, not one above it (both deposed by a later election).
+#[tokio::test(start_paused = true)]
+async fn no_fenced_write_applies_on_a_restored_record() {
+    use crate::backend::fence::{Call, Outcome, Write};
+    use crate::backend::{Backend, Op};
+    use crate::names::GroupKeys;
+    let mem = MemoryBackend::new();
+    let backend = Backend::Memory(mem.clone());
+    let keys = GroupKeys::new("leader", G);
+    let op = |id| Op {
+        group: G,
+        keys: &keys,
+        id,
+    };
+    let token = |won| match won {
+        crate::backend::Acquire::Won { token, .. } => token,
+        other => panic!("{other:?}"),
+    };
+    let write = |token| Call {
+        group: G,
+        record: &keys.record,
+        token,
+        write: Write::Set {
+            key: "leader:{jobs}:state",
+            value: b"x",
+        },
+    };
+    let first = token(backend.acquire(&op("a"), TTL).await.unwrap());
+    let snapshot = mem.snapshot();
+    assert!(backend.release(&op("a"), "ch", first).await.unwrap());
+    let second = token(backend.acquire(&op("b"), TTL).await.unwrap());
+    assert!(backend.release(&op("b"), "ch", second).await.unwrap());
+    let third = token(backend.acquire(&op("c"), TTL).await.unwrap());
+    assert!(matches!(
+        backend.fenced(&write(third)).await.unwrap(),
+        Outcome::Applied(_)
+    ));
+    mem.restore(&snapshot);
+    for deposed in [first, second] {
+        assert_eq!(
+            backend.fenced(&write(deposed)).await.unwrap(),
+            Outcome::Stale(None),
+            "token {deposed}"
+        );
+    }
+}
