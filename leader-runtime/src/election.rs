@@ -597,7 +597,7 @@ impl Election {
             (Some(ready), SafeStart::First | SafeStart::No) => tracing::info!(
                 token = won.token,
                 wait = ?ready.saturating_duration_since(Instant::now()),
-                "acquired; Redis has no record of this group yet, as on its first deploy (or with a new key prefix) — if it ran before, Redis lost its data. Leading after one ttl (safe start)"
+                "acquired; Redis has no record of this group, and cannot vouch that it lost none within the last ttl (the fleet's first use of this server, or a flush, a restart, a failover or an eviction since): leading after what is left of one ttl (safe start)"
             ),
             (Some(ready), SafeStart::Unvouched) => tracing::warn!(
                 token = won.token,

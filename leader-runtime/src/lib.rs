@@ -249,7 +249,7 @@
 //! | Redis down or slow | the leader retries its renew quickly while its view is valid; the view ends at `valid_until` ([`LostReason::Expired`]), before the lease can expire on the server. Followers retry every `retry_interval`. Every call has a timeout no longer than what the view has left. When Redis is back, an election happens by itself |
 //! | a network partition | the side cut off from Redis behaves as "Redis down"; the side that reaches it elects a new leader once the old lease expired on the server — after the old leader's view ended |
 //! | someone else holds the key when the leader renews | the view ends at once ([`LostReason::Superseded`]) |
-//! | Redis lost its data (restart without persistence, failover to an empty replica, `FLUSHALL`) | **safe start**: the group's record is gone too, and the next leader's view turns true only after one `ttl`, so no leader from before the loss can still believe it leads. A brand-new Redis looks the same, so the very first election of a group waits one `ttl` |
+//! | Redis lost its data (restart without persistence, failover to an empty replica, `FLUSHALL`) | **safe start**: the group's record is gone too, and the next leader's view turns true only after one `ttl`, so no leader from before the loss can still believe it leads. A brand-new Redis looks the same, so the fleet's very first election on a server waits one `ttl`; after that, a group never named before leads after one round trip, since the server marker (see the lease algorithm) vouches that no record went missing (within one `ttl` after a flush, a restart, a failover or an eviction, a new group waits the rest of that `ttl`) |
 //! | Redis lost the lease key alone (eviction under a `volatile-*` policy, a manual `DEL`) | the record still says until when the last holder may lead: a new leader takes the lease but its view begins only then — never while the old one's can still be running. The old leader's next renew finds the key gone and its view ends ([`LostReason::Expired`]) |
 //! | Redis restarted from an RDB or AOF file, restored from a backup, or a replica promoted (Sentinel, a managed failover) | the records were written by another server process (its `run_id`), which may have seen renewals after the file was written or the replica fell behind: the next leader of each group waits one full `ttl` (safe start) |
 //! | a body still runs when the view ends | the case fencing tokens are for: [`current_lease`]`()`'s [`Lease::token`] is strictly greater than every earlier token of the group, also across Redis restarts; write through [`Lease::fence`] (Redis) or a conditional write ([Fencing](#fencing)). Or stop the body: `cancel_on_loss`, or `select!` on [`Lease::lost`] |
@@ -386,13 +386,25 @@
 //! | `prior` | server time until which the holders *before* the current one may believe they lead |
 //! | `run` | the `run_id` of the Redis process that wrote them |
 //!
-//! A server *vouches* for a record whose `run` is its own. Each operation is
+//! A server *vouches* for a record whose `run` is its current *epoch*: one
+//! history of its data, kept in the server marker (`{prefix}:server`; on a
+//! Cluster one per hash slot), which every script checks first. A new epoch
+//! begins when the marker is missing (first use, `FLUSHALL`), written by
+//! another process (a restart from disk, a restore, a promoted replica), or
+//! when this process was promoted again after a resync from another server
+//! (its replication id changed while `master_replid2` is set); a replica
+//! attaching or the backlog freed after the last one left changes the
+//! replication id too, but not the data, and keeps the epoch. The marker's
+//! `since` moves to now with every eviction the server counts
+//! (`evicted_keys`): a group with no record may lead once `since` is one
+//! `ttl` old. A record deleted by hand (`DEL`) is not detected: use the
+//! `leader` CLI, or stop the fleet for one `ttl`. Each operation is
 //! one Lua script, atomic on the server (`backend/*.lua`, their headers say
 //! the same):
 //!
 //! | op | semantics |
 //! | --- | --- |
-//! | acquire | if the group is paused (its key `{prefix}:{<group>}:paused` exists): nothing, and say so. If someone else holds the lease: return the holder and its remaining `PTTL`. Else (absent, or ours: a re-claim after an election restart) set our id with `PX ttl`, issue a token = max(last token + 1, server `TIME` in µs) (the reply names the last one too), and say how long our view must **wait**: one `ttl` when there is no record (first election, data loss) or the server does not vouch for it (restart from disk, promoted replica, restore); else until `until` has passed (`prior` for a re-claim) — zero after a natural expiry or a clean release, the rest of the old holder's time after an eviction or `DEL`. A malformed record is an error, and nothing is written |
+//! | acquire | if the group is paused (its key `{prefix}:{<group>}:paused` exists): nothing, and say so. If someone else holds the lease: return the holder and its remaining `PTTL`. Else (absent, or ours: a re-claim after an election restart) set our id with `PX ttl`, issue a token = max(last token + 1, server `TIME` in µs) (the reply names the last one too), and say how long our view must **wait**: when there is no record, what is left of one `ttl` after the server marker's `since` (below: zero for a group never named before on a server that lost nothing since the fleet first used it; one `ttl` after data loss); one `ttl` when the server does not vouch for the record (restart from disk, promoted replica, restore); else until `until` has passed (`prior` for a re-claim) — zero after a natural expiry or a clean release, the rest of the old holder's time after an eviction or `DEL`. A malformed record is an error, and nothing is written |
 //! | renew | names the token of the leadership it extends. If we hold it, the server vouches for the record, the record's token is that one, and the group is not paused: `PEXPIRE ttl`, and the record's `until` follows; else say who (nobody, or someone else — also a newer leadership of ours, which an acquire of ours sent earlier and run late created: the view ends at once, as superseded), that the record is not vouched for (acquire again, with a safe start), or that it is paused — the leader then hands over as [`step_down`] does, so a leader notices a pause within one `renew_interval` even when its notice was lost (it stops admitting runs then, and releases once the runs in flight finished) |
 //! | release | if we hold it: delete it, lower `until` to `max(prior, now)` (we drained and ended our view first; the holders before us may still count), and publish `"<group> <id>"` on `{prefix}:released` |
 //!

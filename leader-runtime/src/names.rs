@@ -76,21 +76,25 @@ impl GroupKeys {
 
 /// The names under a group (`{prefix}:{group}:<name>`) the runtime keeps for
 /// itself: the lease, the record, the pause key, a run-once result, the
-/// heir of a crashed leader's lease (`backend/heir.rs`); and the
+/// heir of a crashed leader's lease (`backend/heir.rs`), the server marker
+/// of a hash slot on a cluster (`backend/marker.rs`); and the
 /// prefixes of the cron keys (`cron:<job>`, `cron-history:<job>`). A fenced
 /// write to one of them is refused (see [`reserved_key`]).
-pub(crate) const RESERVED_NAMES: [&str; 5] = ["lease", "token", "paused", "result", "heir"];
+pub(crate) const RESERVED_NAMES: [&str; 6] =
+    ["lease", "token", "paused", "result", "heir", "server"];
 /// See [`RESERVED_NAMES`].
 pub(crate) const RESERVED_PREFIXES: [&str; 2] = ["cron:", "cron-history:"];
 
 /// Whether `key` is one the runtime keeps for a group under `prefix`
 /// (`{prefix}:{<any group>}:<reserved name>`), or the balance's membership
-/// (`{prefix}:balance`, and `{prefix}:members` of releases before it): user
-/// code writing it would pause a group, corrupt its record or the balance,
-/// or break `leader status`.
+/// (`{prefix}:balance`, and `{prefix}:members` of releases before it), or
+/// the server marker (`{prefix}:server`): user code writing it would pause
+/// a group, corrupt its record, the server's epoch or the balance, or break
+/// `leader status`.
 pub(crate) fn reserved_key(prefix: &str, key: &str) -> bool {
-    // And the fleet's membership (balanced leadership).
-    if key == members_key(prefix) || key == legacy_members_key(prefix) {
+    // And the fleet's membership (balanced leadership), the server marker.
+    if key == members_key(prefix) || key == legacy_members_key(prefix) || key == server_key(prefix)
+    {
         return true;
     }
     let Some(rest) = key
@@ -102,6 +106,12 @@ pub(crate) fn reserved_key(prefix: &str, key: &str) -> bool {
         return false;
     };
     RESERVED_NAMES.contains(&rest) || RESERVED_PREFIXES.iter().any(|p| rest.starts_with(p))
+}
+
+/// The server marker under `prefix` on a server that is not a cluster (see
+/// `backend/record.lua`; on a cluster, one per hash slot: `backend/marker.rs`).
+pub(crate) fn server_key(prefix: &str) -> String {
+    format!("{prefix}:server")
 }
 
 /// The pub/sub channel on which releases of every group under `prefix` are announced.

@@ -28,7 +28,9 @@ fn keys(group: &str) -> [String; 3] {
 
 /// `acquire_many.lua` for `groups` as instance `id`, on `conn`: the flat reply.
 async fn acquire_many(conn: &mut RespConn, id: &str, groups: &[&str]) -> Vec<Reply> {
-    let keys: Vec<String> = groups.iter().flat_map(|g| keys(g)).collect();
+    let mut keys: Vec<String> = groups.iter().flat_map(|g| keys(g)).collect();
+    // The server marker (record.lua), last.
+    keys.push("leader:server".to_owned());
     let count = keys.len().to_string();
     let mut args = vec!["EVAL", SCRIPT, &count];
     args.extend(keys.iter().map(String::as_str));

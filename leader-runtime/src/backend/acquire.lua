@@ -2,6 +2,7 @@
 -- KEYS[1]  lease key   (string: holder's instance id, with PX ttl)
 -- KEYS[2]  record key  (hash, no expiry: see record.lua)
 -- KEYS[3]  pause key   (see record.lua)
+-- KEYS[4]  server marker (see record.lua)
 -- ARGV[1]  our instance id
 -- ARGV[2]  ttl in milliseconds
 -- ARGV[3], ARGV[4]  optional: the heir rule's suspect_below and grace in

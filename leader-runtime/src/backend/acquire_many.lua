@@ -1,7 +1,8 @@
 -- acquire_many: acquire.lua for many groups of one instance in one call
 -- (record.lua prepended): a follower's attempts that are due together.
 -- KEYS     triples: lease key, record key, pause key of each group (on a
---          cluster: all in one hash slot)
+--          cluster: all in one hash slot), then the server marker
+--          (see record.lua)
 -- ARGV[1]  our instance id
 -- ARGV[2]  ttl in milliseconds
 -- ARGV[3], ARGV[4]  optional: the heir rule's suspect_below and grace in
@@ -22,7 +23,7 @@ local ttl = tonumber(ARGV[2])
 local id = ARGV[1]
 local clock = script_clock()
 local suspect_below, grace = heir_args(3)
-local n = #KEYS / 3
+local n = group_count()
 
 local out, m = {}, 0
 local unpaused = none_paused()

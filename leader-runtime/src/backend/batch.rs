@@ -413,17 +413,23 @@ async fn run<C>(
             chunk.push(request);
             if chunk.len() == MAX_GROUPS {
                 let full = std::mem::take(chunk);
-                tokio::spawn(send(conn.clone(), scripts.clone(), full));
+                tokio::spawn(send(conn.clone(), cluster, scripts.clone(), full));
             }
         }
         for chunk in chunks.into_values().filter(|c| !c.is_empty()) {
-            tokio::spawn(send(conn.clone(), scripts.clone(), chunk));
+            tokio::spawn(send(conn.clone(), cluster, scripts.clone(), chunk));
         }
     }
 }
 
-/// One script call for `chunk` (same id, ttl and slot), answering each request.
-async fn send<C: ConnectionLike>(mut conn: C, scripts: Arc<Scripts>, chunk: Vec<Request>) {
+/// One script call for `chunk` (same id, ttl and slot), answering each
+/// request; `cluster`: the server marker of the chunk's slot.
+async fn send<C: ConnectionLike>(
+    mut conn: C,
+    cluster: bool,
+    scripts: Arc<Scripts>,
+    chunk: Vec<Request>,
+) {
     let (id, ttl_ms) = (&chunk[0].id, chunk[0].ttl_ms);
     let script = if chunk.len() == 1 {
         &scripts.one
@@ -436,6 +442,7 @@ async fn send<C: ConnectionLike>(mut conn: C, scripts: Arc<Scripts>, chunk: Vec<
             .key(&request.keys.record)
             .key(&request.keys.paused);
     }
+    call.key(super::marker_key(&chunk[0].keys.record, cluster));
     call.arg(id).arg(ttl_ms);
     for request in &chunk {
         call.arg(request.token);

@@ -15,6 +15,7 @@
 --            busy         "<tick> <token>" of a run in flight (overlap skip)
 --            busy_until   server unix ms until which `busy` holds
 -- KEYS[4]  history key  (list, newest first; entries as cron/history.rs reads them)
+-- KEYS[5]  server marker (see record.lua)
 -- ARGV[1]  our instance id
 -- ARGV[2]  our fencing token (decimal)
 -- ARGV[3]  the claimer's clock, unix ms

@@ -7,6 +7,7 @@
 -- token below it comes from a leader that has been succeeded: refused.
 -- KEYS[1]  the group's record key (see record.lua)
 -- KEYS[2…] the keys the op writes (on a cluster: in the record's hash slot)
+-- KEYS[last] the server marker (see record.lua)
 -- ARGV[1]  the writer's token: decimal, compared as a decimal string
 --          (never a Lua number: a double is exact only below 2^53)
 -- ARGV[2…] the op's arguments

@@ -235,10 +235,12 @@ pub(super) async fn redis(mut conn: Conn, call: &Call<'_>) -> Result<Outcome> {
             args.iter().map(|a| a.as_bytes().to_vec()).collect(),
         ),
     };
+    let cluster = matches!(conn, Conn::Cluster(_));
     let mut invocation = script.key(call.record);
     for key in call.write.keys() {
         invocation.key(*key);
     }
+    invocation.key(super::marker_key(call.record, cluster));
     invocation.arg(call.token.to_string());
     for arg in args {
         invocation.arg(arg);

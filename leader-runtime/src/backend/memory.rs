@@ -85,9 +85,11 @@ struct State {
     /// Which "server process" this is: a [`MemoryBackend::restore`] starts a
     /// new one, like a Redis restarted from a snapshot (its `run_id`).
     run: u64,
-    /// Whether data was ever lost ([`MemoryBackend::flush`], a restore): only
-    /// then can a missing record hide an earlier leader.
-    flushed: bool,
+    /// The server marker's `since` (record.lua): when data was last lost
+    /// ([`MemoryBackend::flush`], a restore) or a key evicted
+    /// ([`MemoryBackend::lose_lease`]); `None`: never. Only a holder from
+    /// before it can hide behind a missing record.
+    since: Option<Instant>,
 }
 
 /// What a snapshot keeps.
@@ -192,9 +194,10 @@ impl MemoryBackend {
     }
 
     /// Simulate a server that lost its data: every lease and token counter is
-    /// gone, and the next leader of each group waits one ttl before its view
-    /// turns true (safe start). A new `MemoryBackend` never had an earlier
-    /// leader, so its first elections do not wait.
+    /// gone, and the next leader of each group waits what is left of one ttl
+    /// after the flush before its view turns true (safe start). A new
+    /// `MemoryBackend` never had an earlier leader, so its first elections do
+    /// not wait.
     ///
     /// # Examples
     ///
@@ -214,13 +217,15 @@ impl MemoryBackend {
     pub fn flush(&self) {
         let mut state = self.state();
         state.data = Data::default();
-        state.flushed = true;
+        state.since = Some(Instant::now());
     }
 
     /// Simulate the loss of one group's lease key alone, as an eviction
     /// under a `volatile-*` policy or a manual `DEL` would: the record stays,
     /// so the next leader's view waits until the last one's has certainly
-    /// ended.
+    /// ended. As on Redis, where any eviction moves the server marker's
+    /// `since` on (`record.lua`), a group with no record elected within one
+    /// ttl after it waits for the rest of that ttl.
     ///
     /// # Examples
     ///
@@ -239,7 +244,10 @@ impl MemoryBackend {
     /// ```
     pub fn lose_lease(&self, key_prefix: &str, group: &str) {
         let keys = GroupKeys::new(key_prefix, group);
-        self.state().data.leases.remove(&keys.lease);
+        let mut state = self.state();
+        state.data.leases.remove(&keys.lease);
+        // As Redis counts an eviction (record.lua's marker).
+        state.since = Some(Instant::now());
     }
 
     /// The data as it is now, to [`restore`](Self::restore) later.
@@ -286,7 +294,7 @@ impl MemoryBackend {
         let mut state = self.state();
         state.data = snapshot.data.clone();
         state.run += 1;
-        state.flushed = true;
+        state.since = Some(Instant::now());
     }
 
     /// Write a lease directly, as another party would (`SET key holder PX ttl`),
@@ -556,9 +564,19 @@ impl MemoryBackend {
         let now = Instant::now();
         let record = state.data.records.get(&op.keys.record).copied();
         let (wait, why, prior) = match record {
-            // A new store had no earlier leader; a flushed one may have.
-            None if !state.flushed => (Duration::ZERO, SafeStart::No, now),
-            None => (ttl, SafeStart::First, now + ttl),
+            // No record: only a holder from before the last loss may still
+            // lead (record.lua's marker); a new store had none.
+            None => {
+                let wait = state.since.map_or(Duration::ZERO, |since| {
+                    (since + ttl).saturating_duration_since(now)
+                });
+                let why = if wait.is_zero() {
+                    SafeStart::No
+                } else {
+                    SafeStart::First
+                };
+                (wait, why, now + wait)
+            }
             Some(r) if r.run != state.run => (ttl, SafeStart::Unvouched, now + ttl),
             Some(r) => {
                 // A re-claim waits only for the holders before us.

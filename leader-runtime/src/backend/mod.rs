@@ -11,6 +11,7 @@ mod batch;
 pub(crate) mod cron;
 pub(crate) mod fence;
 pub(crate) mod heir;
+mod marker;
 mod memory;
 pub(crate) mod once;
 mod phases;
@@ -28,6 +29,7 @@ use tokio_util::sync::CancellationToken;
 pub(crate) use self::batch::{slot, AttemptBatcher, Expiry};
 #[cfg(test)]
 pub(crate) use self::batch::{ATTEMPT_SPREAD, ATTEMPT_STEP};
+pub(crate) use self::marker::marker_key;
 pub use self::memory::{MemoryBackend, MemorySnapshot};
 pub(crate) use self::redis::{RedisBackend, RedisConfig, RedisOptions};
 use crate::names::{Control, GroupKeys};

@@ -15,6 +15,7 @@
 --            running_until  server unix ms until which the latest attempt's
 --                           runner, deposed while its body runs, said it
 --                           still runs ('alive')
+-- KEYS[4]  server marker (see record.lua)
 -- ARGV[1]  'begin' (the lease holder's step), 'done', 'fail', 'alive' (the
 --          latest attempt's runner, with or without the lease), 'read' or 'reset'
 -- ARGV[2]  our instance id     (begin, done, fail, alive)

@@ -17,17 +17,45 @@
 --          acquire and renew; lowered to max(prior, now) by a clean release
 --   prior  server unix ms until which the holders *before* the current one
 --          may believe they lead (what a clean release falls back to)
---   run    which server wrote them: its run_id and its replication id
---          (master_replid)
--- A record whose `run` is not this server's is not vouched for: restarted
--- from an RDB or AOF file or restored (a new run_id), promoted from a replica
--- (a new replication id, also when an old primary is promoted back after it
--- resynced from a lagging one). Its times say nothing of renewals that
--- reached the server it came from, so a new leader waits one full ttl, and a
--- renew on it fails (the holder acquires again, with that wait): a renew
--- still in flight from before the copy was taken must not extend a view
--- past a later holder's start. A record of the first format (a string: the
--- token alone) is not vouched for either.
+--   run    the data history (epoch, below) of the server that wrote them
+-- A record whose `run` is not the server's current epoch is not vouched
+-- for: restarted from an RDB or AOF file or restored, promoted from a
+-- replica (also an old primary promoted back after it resynced from a
+-- lagging one). Its times say nothing of renewals that reached the server
+-- it came from, so a new leader waits one full ttl, and a renew on it fails
+-- (the holder acquires again, with that wait): a renew still in flight from
+-- before the copy was taken must not extend a view past a later holder's
+-- start. A record of the first format (a string: the token alone) is not
+-- vouched for either.
+--
+-- The server marker (a hash, no expiry; the last key of every script that
+-- vouches: {prefix}:server, on a cluster {prefix}:{<tag>}:server in the
+-- call's hash slot) names the server's current epoch: one data history,
+-- which began when a process first served the fleet or when its data may
+-- have gone back in time.
+--   run_id   the process that keeps the epoch (INFO server)
+--   replid   its replication id when last seen (INFO replication)
+--   epoch    the epoch: run_id/replid when it began (a record written
+--            before markers existed, by the same process with the same
+--            replication id, is vouched for as before)
+--   since    server unix ms from which no record can have gone missing
+--            (evicted, or lost with the data) without the epoch changing
+--   evicted  the server's evicted_keys count when last seen (INFO stats)
+-- Every script that vouches checks it once, first:
+--   - no marker, another run_id (a restart, a restore, another process
+--     promoted), or another replid while master_replid2 is set (this
+--     process was promoted: its data was replaced by a resync from another
+--     server, a fail-back): a new epoch, since = now;
+--   - another replid while master_replid2 is all zeros: the first replica
+--     attached to a primary without a backlog, or the backlog was freed
+--     repl-backlog-ttl after the last replica left. Same data: the epoch
+--     stays, replid follows;
+--   - another evicted_keys count (any key evicted, maybe a record, under
+--     an allkeys-* policy; or CONFIG RESETSTAT): since = now.
+-- So a group with no record may lead after max(0, since + ttl - now): a
+-- missing record means a group that never led since `since` — unless it
+-- was deleted by hand (DEL, FLUSHALL of another db is fine), which no
+-- server shows.
 
 -- The largest token: fits a signed 64-bit column of any store.
 local MAX_TOKEN = '9223372036854775807'
@@ -39,16 +67,77 @@ local function server_now()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), us
 end
 
--- This server's identity: run_id and replication id. A server that shows
--- no run_id cannot vouch for any record, so the scripts fail (closed)
--- rather than guess; one without a replication id (no replication support)
--- is named by its run_id alone.
-local function this_run()
+-- This server's identity: {run_id, replid, promoted, evicted}. A server
+-- that shows no run_id cannot vouch for any record, so the scripts fail
+-- (closed) rather than guess; one without a replication id (no replication
+-- support) is named by its run_id alone.
+local function server_identity()
   local run = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
   if not run then error('INFO server shows no run_id: cannot vouch for lease records') end
-  local replid = string.match(redis.call('INFO', 'replication'), 'master_replid:(%x+)')
-  if replid then run = run .. '/' .. replid end
-  return run
+  local repl = redis.call('INFO', 'replication')
+  local replid2 = string.match(repl, 'master_replid2:(%x+)')
+  return {
+    run_id = run,
+    replid = string.match(repl, 'master_replid:(%x+)') or '',
+    promoted = replid2 ~= nil and string.match(replid2, '^0+$') == nil,
+    evicted = string.match(redis.call('INFO', 'stats'), 'evicted_keys:(%d+)') or '',
+  }
+end
+
+-- The server's epoch and since (see above), from the marker at key, which
+-- this call checks and updates: read once per script call (epoch_of).
+local function check_marker(key, now)
+  local id = server_identity()
+  local m = redis.pcall('HMGET', key, 'run_id', 'replid', 'epoch', 'since', 'evicted')
+  if type(m) == 'table' and m.err then
+    -- Another type (WRONGTYPE) is named; a refusal is raised as it is.
+    local kind = redis.call('TYPE', key)['ok']
+    if kind ~= 'hash' and kind ~= 'none' then
+      error('ERR server marker ' .. key .. ' is a ' .. kind)
+    end
+    m = redis.call('HMGET', key, 'run_id', 'replid', 'epoch', 'since', 'evicted')
+  end
+  local epoch, since = m[3], tonumber(m[4])
+  if not epoch or not since or m[1] ~= id.run_id or (m[2] ~= id.replid and id.promoted) then
+    epoch, since = id.run_id, now
+    if id.replid ~= '' then epoch = epoch .. '/' .. id.replid end
+    redis.call('HSET', key, 'run_id', id.run_id, 'replid', id.replid, 'epoch', epoch,
+      'since', string.format('%d', since), 'evicted', id.evicted)
+    return epoch, since
+  end
+  if m[2] ~= id.replid then redis.call('HSET', key, 'replid', id.replid) end
+  if m[5] ~= id.evicted then
+    since = now
+    redis.call('HSET', key, 'since', string.format('%d', since), 'evicted', id.evicted)
+  end
+  return epoch, since
+end
+
+-- The marker key: the last of KEYS, in every script that vouches (one that
+-- does not declare it fails rather than write another key).
+local function marker_key()
+  local key = KEYS[#KEYS]
+  if type(key) ~= 'string' or string.sub(key, -7) ~= ':server' then
+    error('ERR lease script called without its server marker key')
+  end
+  return key
+end
+
+-- The server's epoch and since, checked once per script call.
+local script_epoch
+local function epoch_of()
+  if not script_epoch then
+    local now = server_now()
+    local epoch, since = check_marker(marker_key(), now)
+    script_epoch = {epoch = epoch, since = since}
+  end
+  return script_epoch
+end
+
+-- The epoch of this server's data: what a record's `run` must be to be
+-- vouched for (see above).
+local function this_run()
+  return epoch_of().epoch
 end
 
 -- Whether this server vouches for the record rec (read_record's, not nil):
@@ -128,13 +217,19 @@ local function paused(key)
   return redis.call('TYPE', key)['ok'] ~= 'none'
 end
 
+-- How many groups a batched call names: KEYS holds a triple per group
+-- (lease, record, pause key) and the server marker last.
+local function group_count()
+  return (#KEYS - 1) / 3
+end
+
 -- Whether none of the groups whose key triples are KEYS (lease, record,
 -- pause) is paused, in one EXISTS per 500 (not one TYPE per group): false
 -- when one is, nil when EXISTS is refused (an ACL written for an earlier
 -- version, which allows TYPE only): then each group's pause key is checked
 -- on its own (paused()).
 local function none_paused()
-  local n = #KEYS / 3
+  local n = group_count()
   local count = 0
   for from = 1, n, 500 do
     local keys = {}
@@ -200,9 +295,15 @@ local function grant(lease, record, id, ttl, ttl_arg, clock, holder)
   if err then return nil, err end
 
   local wait, why, prior = ttl, 'first', now + ttl
-  if rec and not vouched(rec, run) then
+  if not rec then
+    -- A group that never led since the epoch's `since`, unless it did
+    -- before: only the holders from before `since` may still lead.
+    wait = math.max(0, epoch_of().since + ttl - now)
+    prior = now + wait
+    if wait == 0 then why = '' end
+  elseif not vouched(rec, run) then
     why = 'unvouched'
-  elseif rec then
+  else
     -- A re-claim waits only for the holders before us.
     local earlier = holder and rec.prior or rec['until']
     wait, why, prior = math.max(0, earlier - now), 'early', rec['until']

@@ -519,6 +519,7 @@ impl RedisBackend {
         call.key(&op.keys.lease)
             .key(&op.keys.record)
             .key(&op.keys.paused)
+            .key(self.marker(&op.keys.record))
             .arg(op.id)
             .arg(millis(ttl))
             .arg(self.heir_args());
@@ -568,9 +569,11 @@ impl RedisBackend {
         if let [(group, keys)] = groups {
             return vec![self.acquire(&Op { group, keys, id }, ttl).await];
         }
+        let marker = groups.first().map(|(_, k)| self.marker(&k.record));
         let keys: Vec<&str> = groups
             .iter()
             .flat_map(|(_, k)| [&*k.lease, &*k.record, &*k.paused])
+            .chain(marker.as_deref())
             .collect();
         let script = &self.scripts.acquire_many;
         // With `min_replicas`: every group is in doubt until the reply is read.
@@ -636,7 +639,13 @@ impl RedisBackend {
     /// Acquire, then `WAIT` for `min_replicas` replicas, pipelined on one
     /// connection so that the `WAIT` covers the acquire's writes.
     async fn acquire_confirmed(&self, op: &Op<'_>, ttl: Duration) -> Result<Acquire> {
-        let keys = [&*op.keys.lease, &*op.keys.record, &*op.keys.paused];
+        let marker = self.marker(&op.keys.record);
+        let keys = [
+            &*op.keys.lease,
+            &*op.keys.record,
+            &*op.keys.paused,
+            &*marker,
+        ];
         let doubt = self.in_doubt([op.group], ttl);
         let (reply, acks) = self
             .invoke_and_wait(&self.scripts.acquire, &keys, op.id, ttl)
@@ -806,6 +815,11 @@ impl RedisBackend {
         matches!(self.conn, Conn::Cluster(_))
     }
 
+    /// The server marker for the group of `record` (see `marker.rs`).
+    pub(super) fn marker(&self, record: &str) -> String {
+        super::marker_key(record, self.is_cluster())
+    }
+
     pub(super) async fn renew(&self, op: &Op<'_>, token: u64, ttl: Duration) -> Result<Renew> {
         let Some(renewals) = &self.renewals else {
             return Err(Error::backend(
@@ -839,6 +853,7 @@ impl RedisBackend {
             .release
             .key(&op.keys.lease)
             .key(&op.keys.record)
+            .key(self.marker(&op.keys.record))
             .arg(op.id)
             .arg(channel)
             .arg(op.group)

@@ -4,6 +4,7 @@
 -- KEYS[2]  record key: a clean release lowers `until` to max(prior, now) —
 --          we drained and ended our view before releasing — so the next
 --          leader starts at once unless a holder before us may still lead
+-- KEYS[3]  server marker (see record.lua)
 -- ARGV[1]  our instance id
 -- ARGV[2]  release channel
 -- ARGV[3]  group name

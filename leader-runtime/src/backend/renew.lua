@@ -2,6 +2,7 @@
 -- KEYS[1]  lease key
 -- KEYS[2]  record key: its `until` follows the lease (see record.lua)
 -- KEYS[3]  pause key (see record.lua)
+-- KEYS[4]  server marker (see record.lua)
 -- ARGV[1]  our instance id
 -- ARGV[2]  ttl in milliseconds
 -- ARGV[3]  the token of the leadership this renewal extends (decimal)

@@ -1,7 +1,8 @@
 -- renew_many: renew.lua for many groups of one instance in one call
 -- (record.lua prepended).
 -- KEYS     triples: lease key, record key, pause key of each group (on a
---          cluster: all in one hash slot)
+--          cluster: all in one hash slot), then the server marker
+--          (see record.lua)
 -- ARGV[1]  our instance id
 -- ARGV[2]  ttl in milliseconds
 -- ARGV[3…] the token of the leadership each renewal extends, one per triple
@@ -16,7 +17,7 @@ local now = server_now()
 local run = this_run()
 local unpaused = none_paused()
 local out = {}
-for i = 1, #KEYS / 3 do
+for i = 1, group_count() do
   local k = 3 * i - 2
   local ok, answer = pcall(renew_one, KEYS[k], KEYS[k + 1], KEYS[k + 2], ARGV[1], ARGV[2 + i], now, ttl, run,
     unpaused)

@@ -157,11 +157,14 @@ async fn marks_of_groups_never_named_again_are_dropped() {
         }
     };
     for round in 0..3 {
+        // A new server marker: new groups start safe (record.lua).
+        server.cmd(&["DEL", "leader:server"]).await.unwrap();
         acquire((0..200).map(|i| format!("g{round}-{i}")).collect()).await;
     }
     assert_eq!(redis.unconfirmed_len(), 600, "every safe start marked");
     // Every mark has stopped mattering; the next judged acquisition sweeps.
     tokio::time::sleep(SHORT_TTL + SHORT_CALL + Duration::from_millis(50)).await;
+    server.cmd(&["DEL", "leader:server"]).await.unwrap();
     acquire(vec!["late".to_owned()]).await;
     assert_eq!(redis.unconfirmed_len(), 1, "only the latest mark is left");
 }

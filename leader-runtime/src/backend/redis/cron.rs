@@ -39,6 +39,7 @@ impl RedisBackend {
             .key(&req.keys.group.record)
             .key(&req.keys.job)
             .key(&req.keys.history)
+            .key(self.marker(&req.keys.group.record))
             .arg(req.id)
             .arg(req.token.to_string())
             .arg(req.clock_ms)

@@ -215,7 +215,8 @@ async fn an_acl_user_without_the_heir_key_leaves_the_rule_out() {
     const COMMANDS: &str = "&leader:released &leader:control +evalsha +eval +script|load \
         +get +set +pexpire +pttl +del +time +info +type +exists +hmget +hset +publish \
         +subscribe +ping";
-    let per_suffix = "~leader:{*}:lease ~leader:{*}:token ~leader:{*}:paused";
+    let per_suffix =
+        "~leader:{*}:lease ~leader:{*}:token ~leader:{*}:paused ~leader:server ~leader:{*}:server";
     let narrow = format!("{per_suffix} {COMMANDS}");
     let wide = format!("{per_suffix} ~leader:{{*}}:heir {COMMANDS}");
     let server = RedisServer::builder()

@@ -27,7 +27,8 @@ impl RedisBackend {
         let mut inv = script().prepare_invoke();
         inv.key(&holder.keys.group.lease)
             .key(&holder.keys.group.record)
-            .key(&holder.keys.result);
+            .key(&holder.keys.result)
+            .key(self.marker(&holder.keys.group.record));
         match step {
             Step::Begin { .. } => inv.arg("begin"),
             Step::Done { .. } => inv.arg("done"),
@@ -66,6 +67,7 @@ impl RedisBackend {
         inv.key(&keys.group.lease)
             .key(&keys.group.record)
             .key(&keys.result)
+            .key(self.marker(&keys.group.record))
             .arg(op);
         self.invoke_once(group, &inv).await
     }
