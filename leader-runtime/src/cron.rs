@@ -98,7 +98,7 @@ use tokio_cron_scheduler::Job;
 pub use self::history::{history, Outcome, Run, TickResult};
 pub(crate) use self::registry::jobs_of;
 pub use self::registry::JobStatus;
-use crate::backend::cron::{busy_mark, ClaimRequest, Claimed, JobKeys, Mode};
+use crate::backend::cron::{busy_mark, Abandoned, ClaimRequest, Claimed, JobKeys, Mode};
 use crate::names::validate_group;
 use crate::{global, Error, Lease, Result, Runtime};
 
@@ -719,6 +719,17 @@ fn schedule_err(e: &dyn std::fmt::Display) -> Error {
     }
 }
 
+/// Whether a claimed tick's body may start ([`Shared::start`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Start {
+    /// Marked started under our lease, and our view is still valid.
+    Go,
+    /// Marked started, but our view ended before the reply: not run.
+    Late,
+    /// Not marked started (or not known to be): not run here.
+    Not(&'static str),
+}
+
 type Body =
     Box<dyn Fn(Tick) -> Pin<Box<dyn Future<Output = Outcome> + Send>> + Send + Sync + 'static>;
 
@@ -740,6 +751,11 @@ struct Gaps {
     planned_until: Option<DateTime<Utc>>,
     /// Undecided ticks (unix ms) that were late when first planned.
     ticks: BTreeSet<i64>,
+    /// Ticks (unix ms) this job object claimed whose body did not start
+    /// here (the view ended first, or the start failed): planned again
+    /// until decided, as gap ticks. The backend decides them again only if
+    /// they never started (see `claim.lua`).
+    retry: BTreeSet<i64>,
 }
 
 /// What every firing of one job shares.
@@ -860,6 +876,19 @@ impl Shared {
         let late = |t: &DateTime<Utc>| now - *t > self.tolerance;
         let gaps = {
             let mut gaps = self.gaps.lock().unwrap_or_else(PoisonError::into_inner);
+            if !gaps.retry.is_empty() {
+                let retry: Vec<DateTime<Utc>> = gaps
+                    .retry
+                    .iter()
+                    .filter_map(|&ms| DateTime::from_timestamp_millis(ms))
+                    .filter(|t| *t >= earliest && *t <= now && !ticks.contains(t))
+                    .collect();
+                ticks.extend(retry);
+                ticks.sort();
+                if ticks.len() > LOOK_BACK_TICKS {
+                    ticks.drain(..ticks.len() - LOOK_BACK_TICKS);
+                }
+            }
             let seen = gaps.planned_until;
             for t in &ticks {
                 if late(t) && seen.is_none_or(|seen| *t > seen) {
@@ -932,6 +961,22 @@ impl Shared {
         let mut gaps = self.gaps.lock().unwrap_or_else(PoisonError::into_inner);
         for p in ticks {
             gaps.ticks.remove(&p.at.timestamp_millis());
+            gaps.retry.remove(&p.at.timestamp_millis());
+        }
+        while gaps.ticks.len() > LOOK_BACK_TICKS {
+            gaps.ticks.pop_first();
+        }
+    }
+
+    /// Plan `at` again (a claim of it whose body did not start here), as a
+    /// tick missed in a gap.
+    fn retry(&self, at: DateTime<Utc>) {
+        let mut gaps = self.gaps.lock().unwrap_or_else(PoisonError::into_inner);
+        let ms = at.timestamp_millis();
+        gaps.retry.insert(ms);
+        gaps.ticks.insert(ms);
+        while gaps.retry.len() > LOOK_BACK_TICKS {
+            gaps.retry.pop_first();
         }
         while gaps.ticks.len() > LOOK_BACK_TICKS {
             gaps.ticks.pop_first();
@@ -1131,12 +1176,22 @@ impl Shared {
         let mark = busy_mark(run.at.timestamp_millis(), lease.token());
         let started = SystemTime::now();
         let late = (self.now() - run.at).to_std().unwrap_or_default();
-        let outcome = if !lease.is_valid() {
-            // Claimed while the lease was ours on the server, answered after
-            // our view ended: another instance may lead by now.
-            tracing::warn!(group = %self.group, tick = %id, "cron tick claimed but the view ended before it could start; not run");
-            Outcome::Cancelled
-        } else {
+        let outcome = match self.start(runtime, keys, lease, run.at).await {
+            Start::Not(why) => {
+                // Claimed, not started: the backend decides it again (per
+                // the missed-run policy) for the next leadership, or for
+                // this job object when it asks for it again.
+                tracing::warn!(group = %self.group, tick = %id, why, "cron tick claimed but not started; not run here: decided again per the missed-run policy");
+                self.abandon(runtime, keys, lease, run, &mark, started).await;
+                return;
+            }
+            Start::Late => {
+                // Started on the server under our lease, answered after our
+                // view ended: another instance may lead by now.
+                tracing::warn!(group = %self.group, tick = %id, "cron tick started but the view ended before its body could start; not run");
+                Outcome::Cancelled
+            }
+            Start::Go => {
             if run.catch_up {
                 tracing::info!(group = %self.group, job = %self.name, tick = %id, late_ms = late.as_millis() as u64, token = lease.token(), "cron tick runs late (catch-up)");
             } else {
@@ -1188,6 +1243,7 @@ impl Shared {
                 () = keep_alive => Outcome::Cancelled,
                 () = lost => Outcome::Cancelled,
             }
+            }
         };
         let duration = started.elapsed().unwrap_or_default();
         if outcome.ran() {
@@ -1221,6 +1277,89 @@ impl Shared {
             }
             Err(_) => {
                 tracing::warn!(group = %self.group, tick = %id, "recording the cron run in the history timed out")
+            }
+        }
+        self.remember(entry);
+    }
+
+    /// Mark the claim of `at` started, right before its body starts (see
+    /// `cron_start.lua`): only then may the body start. Not sent once the
+    /// view ended; bounded by what the view has left.
+    async fn start(
+        &self,
+        runtime: &Runtime,
+        keys: &JobKeys,
+        lease: &Lease,
+        at: DateTime<Utc>,
+    ) -> Start {
+        if !lease.is_valid() {
+            return Start::Not("the view ended first");
+        }
+        let ctx = runtime.cron_ctx();
+        let left = lease
+            .valid_until()
+            .saturating_duration_since(tokio::time::Instant::now());
+        let call = ctx.backend.cron_start(
+            &self.group,
+            keys,
+            runtime.instance_id(),
+            lease.token(),
+            at.timestamp_millis(),
+            self.claimer,
+        );
+        match tokio::time::timeout(ctx.config.call_timeout.min(left), call).await {
+            Ok(Ok(true)) if lease.is_valid() => Start::Go,
+            Ok(Ok(true)) => Start::Late,
+            Ok(Ok(false)) => Start::Not("the start was refused: the lease or the claim is no longer ours"),
+            Ok(Err(e)) => {
+                tracing::warn!(group = %self.group, job = %self.name, error = %e, "could not mark the cron tick started");
+                Start::Not("the start failed")
+            }
+            Err(_) => Start::Not("the start timed out"),
+        }
+    }
+
+    /// Give up the claim of `run`, whose body did not start here: drop its
+    /// busy mark, and plan the tick again (the backend decides it again
+    /// only if it never started). A start that went through after all
+    /// (its reply lost) is recorded [`Outcome::Cancelled`]: that tick stays
+    /// decided, not run.
+    async fn abandon(
+        &self,
+        runtime: &Runtime,
+        keys: &JobKeys,
+        lease: &Lease,
+        run: Planned,
+        mark: &str,
+        started: SystemTime,
+    ) {
+        let ctx = runtime.cron_ctx();
+        let mut entry = Run {
+            scheduled: run.at.into(),
+            instance: runtime.instance_id().to_owned(),
+            token: lease.token(),
+            started,
+            duration: Duration::ZERO,
+            outcome: Outcome::Cancelled,
+        };
+        let line = entry.entry();
+        let call =
+            ctx.backend
+                .cron_abandon(&self.group, keys, mark, self.claimer, &line, self.history);
+        match tokio::time::timeout(ctx.config.call_timeout, call).await {
+            Ok(Ok(Abandoned::Started)) => {}
+            Ok(Ok(Abandoned::Claimed | Abandoned::Gone)) => {
+                entry.outcome = Outcome::Abandoned;
+                self.retry(run.at);
+            }
+            Ok(Err(e)) => {
+                tracing::debug!(group = %self.group, job = %self.name, error = %e, "could not give up the cron claim; its busy mark runs out");
+                entry.outcome = Outcome::Abandoned;
+                self.retry(run.at);
+            }
+            Err(_) => {
+                entry.outcome = Outcome::Abandoned;
+                self.retry(run.at);
             }
         }
         self.remember(entry);

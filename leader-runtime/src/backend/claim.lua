@@ -14,6 +14,12 @@
 --            run          run_id of the server process that set `since`
 --            busy         "<tick> <token>" of a run in flight (overlap skip)
 --            busy_until   server unix ms until which `busy` holds
+--            pending:<tick>  a claim whose run has not ended:
+--                         "<token> <claimer> <state> <clock> <instance>",
+--                         state 'claimed' (its body has not started) or
+--                         'started' (cron_start.lua, right before the body
+--                         starts, under the same lease); removed when the
+--                         run ends (cron_run.lua 'done')
 -- KEYS[4]  history key  (list, newest first; entries as cron/history.rs reads them)
 -- KEYS[5]  server marker (see record.lua)
 -- ARGV[1]  our instance id
@@ -37,9 +43,11 @@
 -- returns  {'lost'}  the lease is not ours (holder or token differ): nothing written
 --          else one word per tick:
 --            'claimed'  ours to run now
---            'ours'     this job object claimed it before (a retry after a
---                       lost reply; not a job built again under the same
---                       leadership, which would run it twice)
+--            'ours'     this job object claimed it under this token and
+--                       its body has not started (a retry after a lost
+--                       reply, or after a start that failed; not a job built
+--                       again under the same leadership, whose predecessor
+--                       may still start it)
 --            'taken'    decided before (run or recorded) by someone, or
 --                       before the job was built and nothing decided yet
 --            'refused'  this server process cannot vouch that nobody ran it
@@ -48,6 +56,16 @@
 --            'busy'     a run is in flight: recorded as skipped (overlap)
 --            'wait'     a 'catch-up' while a run is in flight: left undecided
 --                       (not recorded, `last` not moved), to run after it
+-- Claimed, not run: a claim by an older token still 'claimed' can never
+-- start (cron_start.lua checks the lease holds the claim's token, and that
+-- token never holds it again), so it is decided again here, as the ticks of
+-- a gap: recorded 'abandoned' (under the old claim's token and instance),
+-- then run, recorded 'missed' or skipped as the request asks. Its busy mark
+-- is dropped at once: no run of it is in flight. One before the request's
+-- first tick (which the claimer will not ask about) is recorded 'abandoned'
+-- and 'missed'. A 'started' claim of an older token is forgotten (its tick
+-- stays decided). Ticks before `since` (a restored job key: the claim may
+-- have started since it was saved) are refused, whoever asks.
 -- The lease record carries a field named after the job key once the job
 -- claimed under it: a record without it was created (first election, or
 -- after the data was lost) since the job's last claim, so its decisions
@@ -103,6 +121,64 @@ local function record(tick, outcome)
   redis.call('LPUSH', KEYS[4], table.concat({tick, token, clock, '0', outcome, ARGV[1], ''}, '\t'))
 end
 
+-- The pending claims, by tick: {token, claimer, state, clock, instance}.
+local pending = {}
+local fields = redis.call('HKEYS', KEYS[3])
+for _, field in ipairs(fields) do
+  local tick = string.match(field, '^pending:(%-?%d+)$')
+  if tick then
+    local v = redis.call('HGET', KEYS[3], field)
+    local pt, pc, ps, pk, pi = string.match(v, '^(%d+) (%d+) (%a+) (%-?%d+) (.*)$')
+    if pt then
+      pending[tick] = {token = pt, claimer = pc, state = ps, clock = pk, instance = pi}
+    end
+  end
+end
+local function unclaim(tick, p)
+  redis.call('HDEL', KEYS[3], 'pending:' .. tick)
+  pending[tick] = nil
+  if busy == tick .. ' ' .. p.token then
+    busy = nil
+    redis.call('HDEL', KEYS[3], 'busy', 'busy_until')
+  end
+end
+local function abandoned(tick, p)
+  redis.call('LPUSH', KEYS[4], table.concat({tick, p.token, p.clock, '0', 'abandoned', p.instance, ''}, '\t'))
+end
+local first = tonumber(ARGV[11])
+local order = {}
+for tick in pairs(pending) do order[#order + 1] = tick end
+table.sort(order, function(a, b) return tonumber(a) < tonumber(b) end)
+for _, tick in ipairs(order) do
+  local p = pending[tick]
+  if greater(token, p.token) then
+    if p.state ~= 'claimed' then
+      redis.call('HDEL', KEYS[3], 'pending:' .. tick)
+      pending[tick] = nil
+    elseif first and tonumber(tick) < first then
+      unclaim(tick, p)
+      if tonumber(tick) >= since then abandoned(tick, p) end
+      record(tick, 'missed')
+    elseif busy == tick .. ' ' .. p.token then
+      busy = nil
+      redis.call('HDEL', KEYS[3], 'busy', 'busy_until')
+    end
+  end
+end
+
+-- Claim tick to run: the job's latest claim, pending ('claimed') until
+-- its body starts, and busy (overlap skip).
+local function claimed(tick)
+  claim = tick .. ' ' .. token
+  redis.call('HSET', KEYS[3], 'claim', claim, 'claimer', ARGV[10],
+    'pending:' .. tick, table.concat({token, ARGV[10], 'claimed', clock, ARGV[1]}, ' '))
+  if ARGV[4] == 'skip' then
+    busy = claim
+    redis.call('HSET', KEYS[3], 'busy', busy,
+      'busy_until', string.format('%d', now + tonumber(ARGV[5])))
+  end
+end
+
 local created = last == nil and tonumber(ARGV[9]) or nil
 local out = {}
 for i = 11, #ARGV - 1, 2 do
@@ -110,12 +186,40 @@ for i = 11, #ARGV - 1, 2 do
   local t = tonumber(tick)
   local runs = mode == 'run' or mode == 'catch-up'
   local r
-  -- Ours only while it is still the newest decided tick: a retry after a
-  -- lost reply. Once later ticks were decided (skipped while it ran), it
-  -- ran: a plan that reaches it again (after a run of more than the
-  -- look-back) must not run it twice.
-  if runs and claim == tick .. ' ' .. token and f[8] == ARGV[10] and last and t == last then
+  local p = t and pending[tick]
+  local mine = p and p.state == 'claimed' and p.token == token and p.claimer == ARGV[10]
+  local older = p and p.state == 'claimed' and greater(token, p.token)
+  if mine and runs and not (ARGV[4] == 'skip' and busy and busy ~= tick .. ' ' .. token) then
+    -- Claimed by this job object under this token, not started: a retry
+    -- after a lost reply or a failed start. Its busy mark again, if gone
+    -- (another run's: decided again below, as any tick then).
     r = 'ours'
+    if ARGV[4] == 'skip' and not busy then
+      busy = tick .. ' ' .. token
+      redis.call('HSET', KEYS[3], 'busy', busy,
+        'busy_until', string.format('%d', now + tonumber(ARGV[5])))
+    end
+  elseif (mine or older) and t < since then
+    unclaim(tick, p)
+    r = 'refused'
+    record(tick, 'missed')
+  elseif (mine or older) and mode == 'catch-up' and ARGV[4] == 'skip' and busy then
+    r = 'wait'
+  elseif mine or older then
+    -- Claimed, never started: decided again (see above).
+    unclaim(tick, p)
+    if older then abandoned(tick, p) end
+    if not last or t > last then last = t end
+    if not runs then
+      r = 'missed'
+      record(tick, 'missed')
+    elseif ARGV[4] == 'skip' and busy then
+      r = 'busy'
+      record(tick, 'skipped-overlap')
+    else
+      r = 'claimed'
+      claimed(tick)
+    end
   elseif t == nil or (last and t <= last) or (created and t < created) then
     r = 'taken'
   elseif mode == 'catch-up' and ARGV[4] == 'skip' and busy
@@ -134,14 +238,7 @@ for i = 11, #ARGV - 1, 2 do
       record(tick, 'skipped-overlap')
     else
       r = 'claimed'
-      claim = tick .. ' ' .. token
-      f[8] = ARGV[10]
-      redis.call('HSET', KEYS[3], 'claim', claim, 'claimer', ARGV[10])
-      if ARGV[4] == 'skip' then
-        busy = claim
-        redis.call('HSET', KEYS[3], 'busy', busy,
-          'busy_until', string.format('%d', now + tonumber(ARGV[5])))
-      end
+      claimed(tick)
     end
   end
   out[#out + 1] = r

@@ -1,7 +1,8 @@
 //! The cron operations of the backends (feature `cron`): claim ticks under
-//! the lease, keep a run's busy mark alive, end a run, read a job's history.
-//! `claim.lua` and `cron_run.lua` are the Redis side; `memory/cron.rs` the
-//! same rules in memory.
+//! the lease, mark a claimed tick started, keep a run's busy mark alive,
+//! end a run or give up a claim that did not start, read a job's history.
+//! `claim.lua`, `cron_start.lua` and `cron_run.lua` are the Redis side;
+//! `memory/cron.rs` the same rules in memory.
 
 use std::time::Duration;
 
@@ -117,6 +118,20 @@ impl Mode {
     }
 }
 
+/// What became of a claim given up before its body started
+/// ([`Backend::cron_abandon`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Abandoned {
+    /// Not started: left to be decided again (by a later leadership, or
+    /// by the same job object when it asks for the tick again).
+    Claimed,
+    /// Its start went through (its reply was lost): recorded with the
+    /// given entry; the tick stays decided, not run.
+    Started,
+    /// Not this job object's claim any more (decided again already).
+    Gone,
+}
+
 /// The busy mark of a run: `"<tick> <token>"`.
 pub(crate) fn busy_mark(tick_ms: i64, token: u64) -> String {
     format!("{tick_ms} {token}")
@@ -128,6 +143,43 @@ impl Backend {
         match self {
             Backend::Redis(b) => b.cron_claim(req).await,
             Backend::Memory(b) => b.cron_claim(req),
+        }
+    }
+
+    /// Mark the claim of `tick` by `token` and job object `claimer` started,
+    /// right before its body starts; `false` (refused: the body must not
+    /// start) when the lease is not ours on the server or the claim is not
+    /// ours and still unstarted.
+    pub(crate) async fn cron_start(
+        &self,
+        group: &str,
+        keys: &JobKeys,
+        id: &str,
+        token: u64,
+        tick_ms: i64,
+        claimer: u64,
+    ) -> Result<bool> {
+        match self {
+            Backend::Redis(b) => b.cron_start(group, keys, id, token, tick_ms, claimer).await,
+            Backend::Memory(b) => b.cron_start(group, keys, id, token, tick_ms, claimer),
+        }
+    }
+
+    /// Give up the claim `mark` of job object `claimer` whose body did not
+    /// start here: drop its busy mark; if its start went through after all
+    /// (a lost reply), end it with `entry` (keeping `len` entries).
+    pub(crate) async fn cron_abandon(
+        &self,
+        group: &str,
+        keys: &JobKeys,
+        mark: &str,
+        claimer: u64,
+        entry: &str,
+        len: usize,
+    ) -> Result<Abandoned> {
+        match self {
+            Backend::Redis(b) => b.cron_abandon(group, keys, mark, claimer, entry, len).await,
+            Backend::Memory(b) => b.cron_abandon(group, keys, mark, claimer, entry, len),
         }
     }
 
@@ -146,8 +198,9 @@ impl Backend {
         }
     }
 
-    /// End a run: clear its busy mark `mark` (if still the job's) and push
-    /// `entry` to the history, keeping `len` entries.
+    /// End a run: clear its busy mark `mark` (if still the job's) and its
+    /// pending claim, and push `entry` to the history, keeping `len`
+    /// entries.
     pub(crate) async fn cron_done(
         &self,
         group: &str,

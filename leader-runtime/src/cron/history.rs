@@ -36,6 +36,17 @@ pub enum Outcome {
     /// Not run: a run of the same job was in flight somewhere in the fleet
     /// ([`Overlap::Skip`](super::Overlap::Skip)).
     SkippedOverlap,
+    /// Claimed, not run: the leader that claimed it lost its lease before
+    /// the body started (the claim's reply came after its view ended, or
+    /// it died between claim and start). Certain: a body starts only after
+    /// its start is recorded under the claim's lease. The tick is then
+    /// decided again, as a tick missed in a gap, by the next leadership: a
+    /// later entry of the same tick says how (a run's outcome when the
+    /// [missed-run policy](super::Missed) caught it up, [`Outcome::Missed`]
+    /// or [`Outcome::SkippedOverlap`] otherwise). The entry carries the
+    /// claimer's instance and token. Also what [`status()`](crate::Runtime::status)
+    /// shows for a tick this instance claimed and did not start.
+    Abandoned,
     /// Not run: nobody led when it was due and the
     /// [missed-run policy](super::Missed) did not catch it up, or the
     /// backend could not vouch that nobody ran it (data lost or restored).
@@ -51,6 +62,7 @@ impl Outcome {
             Outcome::Cancelled => "cancelled",
             Outcome::SkippedOverlap => "skipped-overlap",
             Outcome::Missed => "missed",
+            Outcome::Abandoned => "abandoned",
         }
     }
 
@@ -62,6 +74,7 @@ impl Outcome {
             "cancelled" => Outcome::Cancelled,
             "skipped-overlap" => Outcome::SkippedOverlap,
             "missed" => Outcome::Missed,
+            "abandoned" => Outcome::Abandoned,
             _ => return None,
         })
     }

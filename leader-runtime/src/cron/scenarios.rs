@@ -166,10 +166,16 @@ pub(super) async fn claim_rules(rt: &Runtime) {
     assert_eq!(claim(&[(2, Mode::CatchUp)]).await, [New]);
     // The same claim again (its reply was lost): ours, run it.
     assert_eq!(claim(&[(2, Mode::CatchUp)]).await, [Ours]);
+    // Its start, right before the body: once only.
+    let id = rt.instance_id();
+    let start = |claimer| backend.cron_start(G, &keys, id, token, t + 2000, claimer);
+    assert!(!start(8).await.unwrap(), "another job object's start");
+    assert!(start(7).await.unwrap());
+    assert!(!start(7).await.unwrap(), "started twice");
     assert_eq!(claim(&[(3, Mode::Run)]).await, [Busy]);
-    // Once a later tick was decided (skipped while t+2 ran), t+2 ran: a plan
-    // that reaches it again (a run longer than the look-back, whose firing
-    // then planned from its old time) must not run it twice.
+    // Once started, t+2 is decided: a plan that reaches it again (a run
+    // longer than the look-back, whose firing then planned from its old
+    // time) must not run it twice.
     assert_eq!(claim(&[(2, Mode::CatchUp)]).await, [Taken]);
     assert_eq!(claim(&[(1, Mode::Run)]).await, [Taken]);
     // Recorded: t+1 missed, t+3 skipped, and the one run's entry.

@@ -1,11 +1,11 @@
-//! The rules of `claim.lua` and `cron_run.lua`, in memory.
+//! The rules of `claim.lua`, `cron_start.lua` and `cron_run.lua`, in memory.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::super::cron::{busy_mark, ClaimRequest, Claimed, JobKeys, Mode};
+use super::super::cron::{busy_mark, Abandoned, ClaimRequest, Claimed, JobKeys, Mode};
 use super::MemoryBackend;
 use crate::Result;
 
@@ -38,6 +38,20 @@ struct Job {
     /// The server process that set `since`; `None` before any claim.
     run: Option<u64>,
     busy: Option<(String, Instant)>,
+    /// Claims whose run has not ended, by tick (`pending:<tick>`).
+    pending: BTreeMap<i64, Pending>,
+}
+
+/// A claim whose run has not ended (`pending:<tick>` of `claim.lua`).
+#[derive(Debug, Clone)]
+struct Pending {
+    token: u64,
+    claimer: u64,
+    /// Its body started (`cron_start.lua`).
+    started: bool,
+    /// The claimer's clock at the claim, unix ms.
+    clock_ms: i64,
+    instance: String,
 }
 
 fn push(history: &mut VecDeque<String>, entry: String, len: usize) {
@@ -104,19 +118,83 @@ impl MemoryBackend {
             );
             push(history, entry, req.history_len);
         };
+        let abandoned = |history: &mut VecDeque<String>, tick: i64, p: &Pending| {
+            let entry = format!(
+                "{tick}\t{}\t{}\t0\tabandoned\t{}\t",
+                p.token, p.clock_ms, p.instance
+            );
+            push(history, entry, req.history_len);
+        };
+        // As claim.lua: claims of older tokens, never started.
+        let first = req.ticks.first().map(|&(tick, _)| tick);
+        let ticks: Vec<i64> = job.pending.keys().copied().collect();
+        for tick in ticks {
+            let Some(p) = job.pending.get(&tick).cloned() else {
+                continue;
+            };
+            if p.token >= req.token {
+                continue;
+            }
+            let mark = busy_mark(tick, p.token);
+            if p.started {
+                job.pending.remove(&tick);
+            } else if first.is_some_and(|first| tick < first) {
+                job.pending.remove(&tick);
+                if job.busy.as_ref().is_some_and(|(m, _)| *m == mark) {
+                    job.busy = None;
+                }
+                if tick >= job.since {
+                    abandoned(history, tick, &p);
+                }
+                record(history, tick, "missed");
+            } else if job.busy.as_ref().is_some_and(|(m, _)| *m == mark) {
+                job.busy = None;
+            }
+        }
         // Nothing decided yet: no tick from before the job was built.
         let created = job.last.is_none().then_some(req.created_ms);
         let mut out = Vec::with_capacity(req.ticks.len());
         for &(tick, mode) in req.ticks {
             let refused = tick < job.since && job.since_token != Some(req.token);
             let busy = req.skip_overlap && job.busy.is_some();
-            // As claim.lua: ours only while still the newest decided tick.
-            let r = if mode.runs()
-                && job.claim == Some((tick, req.token))
-                && job.claimer == Some(req.claimer)
-                && job.last == Some(tick)
-            {
+            let own_mark = busy_mark(tick, req.token);
+            let p = job.pending.get(&tick).filter(|p| !p.started).cloned();
+            let mine = p
+                .as_ref()
+                .is_some_and(|p| p.token == req.token && p.claimer == req.claimer);
+            let older = p.as_ref().is_some_and(|p| p.token < req.token);
+            let other_busy = busy && job.busy.as_ref().is_some_and(|(m, _)| *m != own_mark);
+            let r = if mine && mode.runs() && !other_busy {
+                // As claim.lua: its busy mark again, if gone.
+                if req.skip_overlap && job.busy.is_none() {
+                    job.busy = Some((own_mark, now + req.busy_ttl));
+                }
                 Claimed::Ours
+            } else if let Some(p) = p.filter(|_| mine || older) {
+                if tick < job.since {
+                    Self::unclaim(job, tick, &p);
+                    record(history, tick, "missed");
+                    Claimed::Refused
+                } else if mode == Mode::CatchUp && busy {
+                    Claimed::Wait
+                } else {
+                    Self::unclaim(job, tick, &p);
+                    if older {
+                        abandoned(history, tick, &p);
+                    }
+                    job.last = Some(job.last.map_or(tick, |last| last.max(tick)));
+                    let busy = req.skip_overlap && job.busy.is_some();
+                    if !mode.runs() {
+                        record(history, tick, "missed");
+                        Claimed::Missed
+                    } else if busy {
+                        record(history, tick, "skipped-overlap");
+                        Claimed::Busy
+                    } else {
+                        Self::claimed(job, req, tick, now);
+                        Claimed::New
+                    }
+                }
             } else if job.last.is_some_and(|last| tick <= last)
                 || created.is_some_and(|created| tick < created)
             {
@@ -135,17 +213,113 @@ impl MemoryBackend {
                     record(history, tick, "skipped-overlap");
                     Claimed::Busy
                 } else {
-                    job.claim = Some((tick, req.token));
-                    job.claimer = Some(req.claimer);
-                    if req.skip_overlap {
-                        job.busy = Some((busy_mark(tick, req.token), now + req.busy_ttl));
-                    }
+                    Self::claimed(job, req, tick, now);
                     Claimed::New
                 }
             };
             out.push(r);
         }
         Ok(Some(out))
+    }
+
+    /// As `claim.lua`'s `unclaim`: drop the pending claim `p` of `tick`
+    /// and its busy mark.
+    fn unclaim(job: &mut Job, tick: i64, p: &Pending) {
+        job.pending.remove(&tick);
+        let mark = busy_mark(tick, p.token);
+        if job.busy.as_ref().is_some_and(|(m, _)| *m == mark) {
+            job.busy = None;
+        }
+    }
+
+    /// As `claim.lua`'s `claimed`: claim `tick` to run.
+    fn claimed(job: &mut Job, req: &ClaimRequest<'_>, tick: i64, now: Instant) {
+        job.claim = Some((tick, req.token));
+        job.claimer = Some(req.claimer);
+        job.pending.insert(
+            tick,
+            Pending {
+                token: req.token,
+                claimer: req.claimer,
+                started: false,
+                clock_ms: req.clock_ms,
+                instance: req.id.to_owned(),
+            },
+        );
+        if req.skip_overlap {
+            job.busy = Some((busy_mark(tick, req.token), now + req.busy_ttl));
+        }
+    }
+
+    pub(in crate::backend) fn cron_start(
+        &self,
+        group: &str,
+        keys: &JobKeys,
+        id: &str,
+        token: u64,
+        tick_ms: i64,
+        claimer: u64,
+    ) -> Result<bool> {
+        self.check_available(group)?;
+        let mut state = self.state();
+        let ours = Self::live(&mut state, &keys.group.lease).is_some_and(|(h, _)| h == id)
+            && state
+                .data
+                .records
+                .get(&keys.group.record)
+                .is_some_and(|r| r.token == token);
+        if !ours {
+            return Ok(false);
+        }
+        let pending = state
+            .data
+            .cron
+            .jobs
+            .get_mut(&keys.job)
+            .and_then(|job| job.pending.get_mut(&tick_ms))
+            .filter(|p| p.token == token && p.claimer == claimer && !p.started);
+        Ok(match pending {
+            Some(p) => {
+                p.started = true;
+                true
+            }
+            None => false,
+        })
+    }
+
+    pub(in crate::backend) fn cron_abandon(
+        &self,
+        group: &str,
+        keys: &JobKeys,
+        mark: &str,
+        claimer: u64,
+        entry: &str,
+        len: usize,
+    ) -> Result<Abandoned> {
+        self.check_available(group)?;
+        let mut state = self.state();
+        let data = &mut state.data.cron;
+        let Some(job) = data.jobs.get_mut(&keys.job) else {
+            return Ok(Abandoned::Gone);
+        };
+        let Some((tick, p)) = job
+            .pending
+            .iter()
+            .find(|(tick, p)| busy_mark(**tick, p.token) == mark && p.claimer == claimer)
+            .map(|(tick, p)| (*tick, p.started))
+        else {
+            return Ok(Abandoned::Gone);
+        };
+        if job.busy.as_ref().is_some_and(|(m, _)| m == mark) {
+            job.busy = None;
+        }
+        if !p {
+            return Ok(Abandoned::Claimed);
+        }
+        job.pending.remove(&tick);
+        let history = data.histories.entry(keys.history.clone()).or_default();
+        push(history, entry.to_owned(), len);
+        Ok(Abandoned::Started)
     }
 
     pub(in crate::backend) fn cron_keep(
@@ -188,6 +362,9 @@ impl MemoryBackend {
             if job.busy.as_ref().is_some_and(|(m, _)| m == mark) {
                 job.busy = None;
             }
+            // As cron_run.lua: the run's pending claim ends with it.
+            job.pending
+                .retain(|tick, p| busy_mark(*tick, p.token) != mark);
         }
         let history = data.histories.entry(keys.history.clone()).or_default();
         push(history, entry.to_owned(), len);

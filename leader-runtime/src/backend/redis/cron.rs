@@ -1,11 +1,12 @@
-//! The cron operations on Redis: `claim.lua` and `cron_run.lua`.
+//! The cron operations on Redis: `claim.lua`, `cron_start.lua` and
+//! `cron_run.lua`.
 
 use std::sync::OnceLock;
 use std::time::Duration;
 
 use redis::{Script, Value};
 
-use super::super::cron::{ClaimRequest, Claimed, JobKeys};
+use super::super::cron::{Abandoned, ClaimRequest, Claimed, JobKeys};
 use super::{backend_err, millis, protocol_err, RedisBackend};
 use crate::Result;
 
@@ -25,6 +26,16 @@ fn run_script() -> &'static Script {
         Script::new(concat!(
             include_str!("../record.lua"),
             include_str!("../cron_run.lua")
+        ))
+    })
+}
+
+fn start_script() -> &'static Script {
+    static SCRIPT: OnceLock<Script> = OnceLock::new();
+    SCRIPT.get_or_init(|| {
+        Script::new(concat!(
+            include_str!("../record.lua"),
+            include_str!("../cron_start.lua")
         ))
     })
 }
@@ -77,6 +88,62 @@ impl RedisBackend {
             })
             .collect::<Result<Vec<_>>>()
             .map(Some)
+    }
+
+    pub(in crate::backend) async fn cron_start(
+        &self,
+        group: &str,
+        keys: &JobKeys,
+        id: &str,
+        token: u64,
+        tick_ms: i64,
+        claimer: u64,
+    ) -> Result<bool> {
+        let reply: i64 = start_script()
+            .key(&keys.group.lease)
+            .key(&keys.group.record)
+            .key(&keys.job)
+            .arg(id)
+            .arg(token.to_string())
+            .arg(tick_ms)
+            .arg(claimer.to_string())
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(|e| backend_err(group, &e))?;
+        Ok(reply == 1)
+    }
+
+    pub(in crate::backend) async fn cron_abandon(
+        &self,
+        group: &str,
+        keys: &JobKeys,
+        mark: &str,
+        claimer: u64,
+        entry: &str,
+        len: usize,
+    ) -> Result<Abandoned> {
+        let reply: Value = run_script()
+            .key(&keys.job)
+            .key(&keys.history)
+            .arg("abandon")
+            .arg(mark)
+            .arg(entry)
+            .arg(len.max(1))
+            .arg(claimer.to_string())
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(|e| backend_err(group, &e))?;
+        let word: &[u8] = match &reply {
+            Value::BulkString(w) => w,
+            Value::SimpleString(w) => w.as_bytes(),
+            _ => b"",
+        };
+        match word {
+            b"claimed" => Ok(Abandoned::Claimed),
+            b"started" => Ok(Abandoned::Started),
+            b"gone" => Ok(Abandoned::Gone),
+            _ => Err(protocol_err(group, "cron abandon", &reply)),
+        }
     }
 
     pub(in crate::backend) async fn cron_keep(
