@@ -142,7 +142,14 @@ impl Backend {
     pub(crate) async fn cron_claim(&self, req: &ClaimRequest<'_>) -> Result<Option<Vec<Claimed>>> {
         match self {
             Backend::Redis(b) => b.cron_claim(req).await,
-            Backend::Memory(b) => b.cron_claim(req),
+            Backend::Memory(b) => {
+                let answer = b.cron_claim(req);
+                #[cfg(test)]
+                if let Some(delay) = b.cron_claim_reply_delay(req.id) {
+                    tokio::time::sleep(delay).await;
+                }
+                answer
+            }
         }
     }
 

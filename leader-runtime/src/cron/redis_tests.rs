@@ -116,3 +116,26 @@ async fn overlap_skip_on_redis() {
 async fn overlap_allow_on_redis() {
     overlap(Overlap::Allow).await;
 }
+
+/// `scenarios::a_claim_that_never_started`: `a`'s lease deleted (as when
+/// it died), `a` out of the race, `b` leads.
+#[tokio::test]
+async fn a_claim_that_never_started_is_decided_again_on_redis() {
+    let server = warm_server().await;
+    let (a, b) = (instance(&server, "a"), instance(&server, "b"));
+    until_leader(&a).await;
+    b.run_if_leader(G, || async {}).await;
+    scenarios::a_claim_that_never_started(
+        &a,
+        &b,
+        async {
+            server
+                .cmd(&["DEL", &format!("leader:{{{G}}}:lease")])
+                .await
+                .unwrap();
+            a.set_eligible(G, false).await.unwrap();
+        },
+        until_leader(&b),
+    )
+    .await;
+}

@@ -432,3 +432,122 @@ pub(super) async fn overlap_across_handover<L, E>(
         }
     }
 }
+
+/// The history of job `name`, oldest first: (tick in seconds, outcome,
+/// instance).
+async fn entries(rt: &Runtime, name: &str) -> Vec<(i64, Outcome, String)> {
+    let mut runs: Vec<(i64, Outcome, String)> = rt
+        .cron_history(G, name)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| {
+            (
+                super::history::unix_ms(r.scheduled) / 1000,
+                r.outcome,
+                r.instance,
+            )
+        })
+        .collect();
+    runs.reverse();
+    runs
+}
+
+/// Claimed, not run: `a` claims minute `m`'s tick of three jobs (as its
+/// job would; the body never starts: `a` dies, or the reply comes after its
+/// view ended), with a busy mark that would hold for an hour; then `a`
+/// loses its lease (`lose`) and `b` leads (`elect_b`). `a` can no longer
+/// start the tick; `b`, firing five seconds after it, decides it again per
+/// each job's missed-run policy: `Missed::Skip` records it missed,
+/// `Latest` and `All` run it (a catch-up), and the history says
+/// `abandoned` (a's claim) before that. The stale busy mark does not make
+/// `b` skip the next tick. (Before: the tick was `taken`, so nothing ran or
+/// was recorded for it, and the next one was `skipped-overlap`.)
+pub(super) async fn a_claim_that_never_started<L, E>(a: &Runtime, b: &Runtime, lose: L, elect_b: E)
+where
+    L: std::future::Future<Output = ()>,
+    E: std::future::Future<Output = ()>,
+{
+    use crate::backend::cron::{Claimed, JobKeys, Mode};
+    assert!(a.run_if_leader(G, || async {}).await.is_some());
+    let token_a = a.status()[0].token.unwrap();
+    let m = (base() / 60 + 1) * 60;
+    let window = Missed::All {
+        window: Duration::from_secs(3600),
+    };
+    let cases = [
+        ("never-started-skip", Missed::Skip),
+        ("never-started-latest", Missed::Latest),
+        ("never-started-all", window),
+    ];
+    let ticks = [(m * 1000, Mode::Run)];
+    for (name, _) in cases {
+        let keys = JobKeys::new("leader", G, name);
+        let req = crate::backend::cron::ClaimRequest {
+            busy_ttl: Duration::from_secs(3600),
+            created_ms: (m - 30) * 1000,
+            ..request(a, &keys, token_a, m * 1000 + 100, &ticks)
+        };
+        let answer = a.cron_ctx().backend.cron_claim(&req).await.unwrap();
+        assert_eq!(answer, Some(vec![Claimed::New]), "{name}");
+    }
+    lose.await;
+    tokio::time::timeout(Duration::from_secs(30), elect_b)
+        .await
+        .expect("b leads");
+    let a_starts = |name: &'static str| async move {
+        let keys = JobKeys::new("leader", G, name);
+        a.cron_ctx()
+            .backend
+            .cron_start(G, &keys, a.instance_id(), token_a, m * 1000, 7)
+            .await
+            .unwrap()
+    };
+    for (name, _) in cases {
+        assert!(!a_starts(name).await, "{name}: a started after its lease ended");
+    }
+    let ran = Ran::default();
+    for (name, missed) in cases {
+        let job = recording(
+            JobBuilder::new("0 * * * * *", G)
+                .name(name)
+                .missed(missed)
+                .tolerance(Duration::from_secs(1)),
+            b,
+            &ran,
+            at(m - 30, 0),
+        );
+        job.fire_at(at(m + 5, 100)).await;
+        assert!(!a_starts(name).await, "{name}: a started after b decided it");
+        job.fire_at(at(m + 60, 100)).await;
+    }
+    let tick = |name: &str, s: i64| format!("{name}:{}", s * 1000);
+    let mut got = ran.lock().unwrap().clone();
+    got.sort();
+    let mut want = vec![
+        ("b".to_owned(), tick("never-started-all", m), true),
+        ("b".to_owned(), tick("never-started-all", m + 60), false),
+        ("b".to_owned(), tick("never-started-latest", m), true),
+        ("b".to_owned(), tick("never-started-latest", m + 60), false),
+        ("b".to_owned(), tick("never-started-skip", m + 60), false),
+    ];
+    want.sort();
+    assert_eq!(got, want);
+    let (ia, ib) = (a.instance_id().to_owned(), b.instance_id().to_owned());
+    for (name, missed) in cases {
+        let caught_up = if missed == Missed::Skip {
+            Outcome::Missed
+        } else {
+            Outcome::Ok
+        };
+        assert_eq!(
+            entries(b, name).await,
+            [
+                (m, Outcome::Abandoned, ia.clone()),
+                (m, caught_up, ib.clone()),
+                (m + 60, Outcome::Ok, ib.clone()),
+            ],
+            "{name}"
+        );
+    }
+}

@@ -906,6 +906,88 @@ async fn overlap_allow_runs_beside_it() {
     overlap(Overlap::Allow).await;
 }
 
+/// `scenarios::a_claim_that_never_started` on the memory backend: `a`'s
+/// lease lost (as when it died), `a` out of the race, `b` leads.
+#[tokio::test(start_paused = true)]
+async fn a_claim_that_never_started_is_decided_again() {
+    let mem = MemoryBackend::new();
+    let (a, b) = (instance(&mem, "a"), instance(&mem, "b"));
+    assert!(a.run_if_leader(G, || async {}).await.is_some());
+    b.run_if_leader(G, || async {}).await;
+    scenarios::a_claim_that_never_started(
+        &a,
+        &b,
+        async {
+            mem.lose_lease("leader", G);
+            a.set_eligible(G, false).await.unwrap();
+        },
+        until_leader(&b),
+    )
+    .await;
+}
+
+/// The claim's reply arrives after the claimer's view ended (`a` cut off
+/// from the lease while it waits for it): `a` does not run the tick, and
+/// `b`, the next leader, catches it up (`Missed::Latest`); the history
+/// says `abandoned` (by `a`), then `ok` (by `b`). (Before: `a` recorded it
+/// `cancelled`, `b` found it `taken`, and it never ran.)
+#[tokio::test(start_paused = true)]
+async fn a_claim_answered_after_the_view_ended_is_caught_up_by_the_next_leader() {
+    let mem = MemoryBackend::new();
+    let (a, b) = (instance(&mem, "a"), instance(&mem, "b"));
+    assert!(a.run_if_leader(G, || async {}).await.is_some());
+    b.run_if_leader(G, || async {}).await;
+    let m = (base() / 60 + 1) * 60;
+    let minutely = || {
+        JobBuilder::new("0 * * * * *", G)
+            .name("late-reply")
+            .missed(Missed::Latest)
+            .tolerance(Duration::from_secs(1))
+    };
+    let ran = Ran::default();
+    let job_a = recording(minutely(), &a, &ran, at(m - 30, 0));
+    job_a.fire_at(at(m - 1, 100)).await;
+    mem.delay_cron_claim_replies(Some(("a", Duration::from_secs(10))));
+    let firing = tokio::spawn({
+        let job_a = job_a.clone();
+        async move { job_a.fire_at(at(m, 100)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    // The claim went through; a's renewals fail from now on.
+    mem.cut_off(Some("a"));
+    until_leader(&b).await;
+    firing.await.unwrap();
+    assert!(!a.is_leader(G));
+    assert!(ran.lock().unwrap().is_empty(), "a ran it after its view ended");
+    let job_b = recording(minutely(), &b, &ran, at(m - 30, 0));
+    job_b.fire_at(at(m + 5, 100)).await;
+    job_b.fire_at(at(m + 60, 100)).await;
+    let tick = |s: i64| format!("late-reply:{}", s * 1000);
+    assert_eq!(
+        ran.lock().unwrap().clone(),
+        [
+            ("b".to_owned(), tick(m), true),
+            ("b".to_owned(), tick(m + 60), false)
+        ]
+    );
+    let history: Vec<(i64, Outcome, String)> = b
+        .cron_history(G, "late-reply")
+        .await
+        .unwrap()
+        .into_iter()
+        .rev()
+        .map(|r| (super::history::unix_ms(r.scheduled) / 1000, r.outcome, r.instance))
+        .collect();
+    assert_eq!(
+        history,
+        [
+            (m, Outcome::Abandoned, "a".to_owned()),
+            (m, Outcome::Ok, "b".to_owned()),
+            (m + 60, Outcome::Ok, "b".to_owned()),
+        ]
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn outcomes_errors_and_panics_are_recorded() {
     let rt = instance(&MemoryBackend::new(), "a");

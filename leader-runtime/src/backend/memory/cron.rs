@@ -17,6 +17,10 @@ pub(super) struct CronData {
     marked: std::collections::HashSet<String>,
     jobs: HashMap<String, Job>,
     histories: HashMap<String, VecDeque<String>>,
+    /// Tests: the instance whose claims apply at once but whose replies
+    /// arrive this much later.
+    #[cfg(test)]
+    slow_claims: Option<(String, Duration)>,
 }
 
 impl CronData {
@@ -65,6 +69,25 @@ impl MemoryBackend {
     #[cfg(test)]
     pub(crate) fn lose_cron_job(&self, job: &str) {
         self.state().data.cron.jobs.remove(job);
+    }
+
+    /// Tests: from now on the cron claims of instance `id` apply at once
+    /// but their replies arrive `delay` later (`None`: nobody's).
+    #[cfg(test)]
+    pub(crate) fn delay_cron_claim_replies(&self, id: Option<(&str, Duration)>) {
+        self.state().data.cron.slow_claims = id.map(|(id, delay)| (id.to_owned(), delay));
+    }
+
+    /// Tests: how late the cron claim replies of instance `id` arrive.
+    #[cfg(test)]
+    pub(in crate::backend) fn cron_claim_reply_delay(&self, id: &str) -> Option<Duration> {
+        self.state()
+            .data
+            .cron
+            .slow_claims
+            .as_ref()
+            .filter(|(slow, _)| slow == id)
+            .map(|(_, delay)| *delay)
     }
 
     pub(in crate::backend) fn cron_claim(
