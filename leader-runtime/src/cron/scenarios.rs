@@ -461,8 +461,10 @@ async fn entries(rt: &Runtime, name: &str) -> Vec<(i64, Outcome, String)> {
 /// each job's missed-run policy: `Missed::Skip` records it missed,
 /// `Latest` and `All` run it (a catch-up), and the history says
 /// `abandoned` (a's claim) before that. The stale busy mark does not make
-/// `b` skip the next tick. (Before: the tick was `taken`, so nothing ran or
-/// was recorded for it, and the next one was `skipped-overlap`.)
+/// `b` skip the next tick. A fourth job's claim that `a` started is never
+/// decided again (its body may have run), and its run counts as in flight.
+/// (Before: the tick was `taken`, so nothing ran or was recorded for it,
+/// and the next one was `skipped-overlap`.)
 pub(super) async fn a_claim_that_never_started<L, E>(a: &Runtime, b: &Runtime, lose: L, elect_b: E)
 where
     L: std::future::Future<Output = ()>,
@@ -481,7 +483,7 @@ where
         ("never-started-all", window),
     ];
     let ticks = [(m * 1000, Mode::Run)];
-    for (name, _) in cases {
+    for name in cases.map(|c| c.0).into_iter().chain(["started-latest"]) {
         let keys = JobKeys::new("leader", G, name);
         let req = crate::backend::cron::ClaimRequest {
             busy_ttl: Duration::from_secs(3600),
@@ -491,6 +493,11 @@ where
         let answer = a.cron_ctx().backend.cron_claim(&req).await.unwrap();
         assert_eq!(answer, Some(vec![Claimed::New]), "{name}");
     }
+    // One of them started: its body may have run (a died in it).
+    let keys = JobKeys::new("leader", G, "started-latest");
+    let backend = &a.cron_ctx().backend;
+    let start = backend.cron_start(G, &keys, a.instance_id(), token_a, m * 1000, 7);
+    assert!(start.await.unwrap());
     lose.await;
     tokio::time::timeout(Duration::from_secs(30), elect_b)
         .await
@@ -521,6 +528,23 @@ where
         assert!(!a_starts(name).await, "{name}: a started after b decided it");
         job.fire_at(at(m + 60, 100)).await;
     }
+    // The started one never runs again, whatever the policy says; its run
+    // counts as in flight until its busy mark runs out.
+    let started = recording(
+        JobBuilder::new("0 * * * * *", G)
+            .name("started-latest")
+            .missed(Missed::Latest)
+            .tolerance(Duration::from_secs(1)),
+        b,
+        &ran,
+        at(m - 30, 0),
+    );
+    started.fire_at(at(m + 5, 100)).await;
+    started.fire_at(at(m + 60, 100)).await;
+    assert_eq!(
+        entries(b, "started-latest").await,
+        [(m + 60, Outcome::SkippedOverlap, b.instance_id().to_owned())]
+    );
     let tick = |name: &str, s: i64| format!("{name}:{}", s * 1000);
     let mut got = ran.lock().unwrap().clone();
     got.sort();

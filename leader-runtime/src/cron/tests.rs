@@ -988,6 +988,46 @@ async fn a_claim_answered_after_the_view_ended_is_caught_up_by_the_next_leader()
     );
 }
 
+/// The start of a claimed tick fails (the backend is out right then) while
+/// the view is still valid: the body does not start, and the next firing
+/// asks for the tick again, finds its own unstarted claim (`ours`) and
+/// runs it, once.
+#[tokio::test(start_paused = true)]
+async fn a_tick_whose_start_failed_runs_at_the_next_firing_once() {
+    let mem = MemoryBackend::new();
+    let a = instance(&mem, "a");
+    assert!(a.run_if_leader(G, || async {}).await.is_some());
+    let ran = Ran::default();
+    let t = base();
+    let job = skewed(&a, 0, &ran, at(t - 1, 0));
+    job.fire_at(at(t - 1, 100)).await;
+    assert!(ran.lock().unwrap().is_empty());
+    mem.delay_cron_claim_replies(Some(("a", Duration::from_millis(100))));
+    let firing = tokio::spawn({
+        let job = job.clone();
+        async move { job.fire_at(at(t, 100)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    mem.set_available(false);
+    firing.await.unwrap();
+    assert!(ran.lock().unwrap().is_empty());
+    assert!(a.is_leader(G));
+    mem.set_available(true);
+    mem.delay_cron_claim_replies(None);
+    job.fire_at(at(t, 600)).await;
+    job.fire_at(at(t, 900)).await;
+    assert_eq!(ids(&ran), [format!("tick:{}", t * 1000)]);
+    let history: Vec<Outcome> = a
+        .cron_history(G, "tick")
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|r| super::history::unix_ms(r.scheduled) == t * 1000)
+        .map(|r| r.outcome)
+        .collect();
+    assert_eq!(history, [Outcome::Ok]);
+}
+
 #[tokio::test(start_paused = true)]
 async fn outcomes_errors_and_panics_are_recorded() {
     let rt = instance(&MemoryBackend::new(), "a");
