@@ -15,9 +15,9 @@
 //! | fault | what happens to ticks |
 //! | --- | --- |
 //! | handover (`step_down`, SIGTERM, `shutdown`) | the old leader drains its run before it releases; the new one runs the next ticks; none twice, none lost |
-//! | crash (kill -9) | ticks due while the lease runs out (≤ ttl) are *missed*: caught up or recorded as missed by the next leader, per [`Missed`]; so are ticks due while the whole fleet was down (a restart, a redeploy): the look-back reaches back to the job's last decided tick, kept in the backend (at most 1024 ticks), not only to when the job was built |
-//! | partition, pause | the cut-off leader's view ends (on its own clock) before another's begins; a claim is made in the same script that checks the lease (holder *and* token), and a claim answered after the view ended is not run (outcome `cancelled`); then as a crash |
-//! | Redis outage | nothing is claimed, so nothing runs; ticks due meanwhile are missed, per [`Missed`]; a claim whose reply was lost is recognised as ours (by its token and the job object that sent it: a job built again does not run its predecessor's tick) when retried within [`tolerance`](JobBuilder::tolerance) of its tick; retried later, that tick is left as decided: it does not run, and has no history entry |
+//! | crash (kill -9) | ticks due while the lease runs out (≤ ttl) are *missed*: caught up or recorded as missed by the next leader, per [`Missed`]; so are ticks due while the whole fleet was down (a restart, a redeploy): the look-back reaches back to the job's last decided tick, kept in the backend (at most 1024 ticks), not only to when the job was built; so is a tick the dead leader had claimed but not started (recorded `abandoned` first, see [claimed, not run](#claimed-not-run)); one whose body had started is never run again |
+//! | partition, pause | the cut-off leader's view ends (on its own clock) before another's begins; a claim is made in the same script that checks the lease (holder *and* token), and a claim answered after the view ended is not run there: the next leadership decides it again, as a missed tick ([claimed, not run](#claimed-not-run)); then as a crash |
+//! | Redis outage | nothing is claimed, so nothing runs; ticks due meanwhile are missed, per [`Missed`]; a claim whose reply was lost is recognised as ours (by its token and the job object that sent it: a job built again does not run its predecessor's tick) when retried within [`tolerance`](JobBuilder::tolerance) of its tick; retried later, it is a missed tick: caught up or recorded missed, per [`Missed`]; a start that fails leaves the tick to the next firing likewise |
 //! | data loss (flush, restart without persistence, restore from a snapshot, failover to a lagging replica, eviction) | fail closed: a leadership that began after the lease record was lost or restored never looks back before its own start, and a restored job record (or one evicted or deleted on its own) refuses every tick before the first claim seen after that — such ticks are recorded as *missed*, never run twice. With a [`tolerance`](JobBuilder::tolerance) above the ttl, an earlier leader's clock may have run that much ahead, so these floors move later by the excess (tolerance − ttl): that many seconds of ticks after the loss are refused too (also at a job's very first claim, or its first under a new lease record) |
 //! | clock skew | ids are the schedule's own times, not the host's: hosts within [`tolerance`](JobBuilder::tolerance) (default 5 s) of each other name a tick alike, and a tick that falls between two leaders is run (late) by the second |
 //! | DST, host time zones | a job's schedule is read in its [`time_zone`](JobBuilder::time_zone) (IANA, default UTC); every local time the schedule matches runs once: at the first instant after the gap if the day does not have it (spring forward), at its first occurrence if the day has it twice (fall back), else at itself — local times that land on one instant (several in one gap, or a gap's time and the time after the gap) are one tick; ids are UTC instants, the same whatever a host's `TZ` |
@@ -43,9 +43,32 @@
 //! one script (`backend/claim.lua`) that checks the lease is ours (the lease
 //! key holds our id and the record our token), keeps the job's latest
 //! decided tick (a watermark: an older tick never runs) and its run in
-//! flight, and records ticks that will not run in the job's history. The
+//! flight, and records ticks that will not run in the job's history; a
+//! claimed tick runs once marked started ([claimed, not run](#claimed-not-run)). The
 //! keys, in the group's hash slot: `{prefix}:{group}:cron:<job>` (a hash)
 //! and `{prefix}:{group}:cron-history:<job>` (a list).
+//!
+//! # Claimed, not run
+//!
+//! A claimed tick's body starts only after a second script
+//! (`backend/cron_start.lua`) marked the claim *started*, under the same
+//! lease (holder and token checked again) and while this instance's view
+//! is still valid. Until then the claim is *pending*. A pending claim of an
+//! older leadership can never start: its token never holds the lease again,
+//! and both scripts check the lease, so a start comes either before every
+//! claim of a newer leadership (which then sees it started) or not at all.
+//! The next leadership therefore decides such a tick again, as a tick
+//! missed in a gap, by the job's [`Missed`] policy: the history records it
+//! [`abandoned`](Outcome::Abandoned) (with the old claimer's instance and
+//! token), then how it was decided — the catch-up run's outcome
+//! ([`Missed::Latest`], [`Missed::All`]), or `missed`
+//! ([`Missed::Skip`], or not chosen). Its busy mark no longer makes later
+//! ticks `skipped-overlap`. A started claim is never decided again: its
+//! body may have run. This covers a claim answered after the view ended, a
+//! leader that died between claim and start, and a start that failed (the
+//! same job object then asks for the tick again at its next firing). A
+//! start that went through but whose reply came after the view ended (or
+//! was lost) is not run and is recorded [`cancelled`](Outcome::Cancelled).
 //!
 //! # Examples
 //!
@@ -172,6 +195,11 @@ pub enum Overlap {
 /// more than `ttl − tolerance` old (recorded as missed): the backend cannot
 /// tell a new job from one whose decisions were lost with the record, and
 /// fails closed.
+///
+/// A tick a leader claimed but whose body never started (its view ended
+/// first, or it died in between) is missed too: the next leadership
+/// decides it by this policy, after recording it
+/// [`abandoned`](Outcome::Abandoned); see [claimed, not run](self#claimed-not-run).
 ///
 /// # Examples
 ///
@@ -1182,7 +1210,8 @@ impl Shared {
                 // the missed-run policy) for the next leadership, or for
                 // this job object when it asks for it again.
                 tracing::warn!(group = %self.group, tick = %id, why, "cron tick claimed but not started; not run here: decided again per the missed-run policy");
-                self.abandon(runtime, keys, lease, run, &mark, started).await;
+                self.abandon(runtime, keys, lease, run, &mark, started)
+                    .await;
                 return;
             }
             Start::Late => {
@@ -1192,57 +1221,57 @@ impl Shared {
                 Outcome::Cancelled
             }
             Start::Go => {
-            if run.catch_up {
-                tracing::info!(group = %self.group, job = %self.name, tick = %id, late_ms = late.as_millis() as u64, token = lease.token(), "cron tick runs late (catch-up)");
-            } else {
-                tracing::debug!(group = %self.group, tick = %id, token = lease.token(), late_ms = (now - run.at).num_milliseconds(), "cron tick claimed; running");
-            }
-            let tick = Tick {
-                scheduled: run.at.into(),
-                started,
-                catch_up: run.catch_up,
-                id: id.clone(),
-                lease: lease.clone(),
-            };
-            let body = AssertUnwindSafe((self.body)(tick)).catch_unwind();
-            let keep_alive = async {
-                if self.overlap != Overlap::Skip {
-                    return std::future::pending().await;
+                if run.catch_up {
+                    tracing::info!(group = %self.group, job = %self.name, tick = %id, late_ms = late.as_millis() as u64, token = lease.token(), "cron tick runs late (catch-up)");
+                } else {
+                    tracing::debug!(group = %self.group, tick = %id, token = lease.token(), late_ms = (now - run.at).num_milliseconds(), "cron tick claimed; running");
                 }
-                let every = (ctx.config.ttl / 3).max(Duration::from_millis(10));
-                loop {
-                    tokio::time::sleep(every).await;
-                    let keep = ctx
-                        .backend
-                        .cron_keep(&self.group, keys, &mark, ctx.config.ttl);
-                    match tokio::time::timeout(ctx.config.call_timeout, keep).await {
-                        Ok(Ok(true)) => {}
-                        Ok(Ok(false)) => {
-                            tracing::warn!(group = %self.group, tick = %id, "the run's in-flight mark is gone (data lost?); overlapping runs are possible")
-                        }
-                        Ok(Err(e)) => {
-                            tracing::warn!(group = %self.group, tick = %id, error = %e, "could not keep the run's in-flight mark alive")
-                        }
-                        Err(_) => {
-                            tracing::warn!(group = %self.group, tick = %id, "keeping the run's in-flight mark alive timed out")
+                let tick = Tick {
+                    scheduled: run.at.into(),
+                    started,
+                    catch_up: run.catch_up,
+                    id: id.clone(),
+                    lease: lease.clone(),
+                };
+                let body = AssertUnwindSafe((self.body)(tick)).catch_unwind();
+                let keep_alive = async {
+                    if self.overlap != Overlap::Skip {
+                        return std::future::pending().await;
+                    }
+                    let every = (ctx.config.ttl / 3).max(Duration::from_millis(10));
+                    loop {
+                        tokio::time::sleep(every).await;
+                        let keep = ctx
+                            .backend
+                            .cron_keep(&self.group, keys, &mark, ctx.config.ttl);
+                        match tokio::time::timeout(ctx.config.call_timeout, keep).await {
+                            Ok(Ok(true)) => {}
+                            Ok(Ok(false)) => {
+                                tracing::warn!(group = %self.group, tick = %id, "the run's in-flight mark is gone (data lost?); overlapping runs are possible")
+                            }
+                            Ok(Err(e)) => {
+                                tracing::warn!(group = %self.group, tick = %id, error = %e, "could not keep the run's in-flight mark alive")
+                            }
+                            Err(_) => {
+                                tracing::warn!(group = %self.group, tick = %id, "keeping the run's in-flight mark alive timed out")
+                            }
                         }
                     }
+                };
+                let lost = async {
+                    if self.cancel_on_loss {
+                        lease.lost().await
+                    } else {
+                        std::future::pending().await
+                    }
+                };
+                tokio::select! {
+                    // Redacted here, before the log, the history and `status`
+                    // see it: the body's error may name a URL with its password.
+                    r = body => r.map_or(Outcome::Panicked, Outcome::cleaned),
+                    () = keep_alive => Outcome::Cancelled,
+                    () = lost => Outcome::Cancelled,
                 }
-            };
-            let lost = async {
-                if self.cancel_on_loss {
-                    lease.lost().await
-                } else {
-                    std::future::pending().await
-                }
-            };
-            tokio::select! {
-                // Redacted here, before the log, the history and `status`
-                // see it: the body's error may name a URL with its password.
-                r = body => r.map_or(Outcome::Panicked, Outcome::cleaned),
-                () = keep_alive => Outcome::Cancelled,
-                () = lost => Outcome::Cancelled,
-            }
             }
         };
         let duration = started.elapsed().unwrap_or_default();
@@ -1310,7 +1339,9 @@ impl Shared {
         match tokio::time::timeout(ctx.config.call_timeout.min(left), call).await {
             Ok(Ok(true)) if lease.is_valid() => Start::Go,
             Ok(Ok(true)) => Start::Late,
-            Ok(Ok(false)) => Start::Not("the start was refused: the lease or the claim is no longer ours"),
+            Ok(Ok(false)) => {
+                Start::Not("the start was refused: the lease or the claim is no longer ours")
+            }
             Ok(Err(e)) => {
                 tracing::warn!(group = %self.group, job = %self.name, error = %e, "could not mark the cron tick started");
                 Start::Not("the start failed")

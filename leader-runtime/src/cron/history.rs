@@ -18,6 +18,7 @@ use crate::{global, Error, Result, Runtime};
 ///
 /// assert_eq!(Outcome::Ok.to_string(), "ok");
 /// assert_eq!(Outcome::SkippedOverlap.to_string(), "skipped-overlap");
+/// assert_eq!(Outcome::Abandoned.to_string(), "abandoned");
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -29,9 +30,12 @@ pub enum Outcome {
     Error(String),
     /// The body panicked (the panic was caught; the scheduler goes on).
     Panicked,
-    /// The tick was claimed but did not run to its end: the view ended
-    /// before it started, or during the run of a job built with
-    /// [`cancel_on_loss`](super::JobBuilder::cancel_on_loss).
+    /// The tick was claimed but did not run to its end: its start was
+    /// recorded but the view ended (or the reply was lost) before the body
+    /// began, or the view ended during the run of a job built with
+    /// [`cancel_on_loss`](super::JobBuilder::cancel_on_loss). Not run
+    /// again (the body may have started); a claim whose start was never
+    /// recorded is [`Outcome::Abandoned`] instead, and decided again.
     Cancelled,
     /// Not run: a run of the same job was in flight somewhere in the fleet
     /// ([`Overlap::Skip`](super::Overlap::Skip)).

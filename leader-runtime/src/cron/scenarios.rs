@@ -511,7 +511,10 @@ where
             .unwrap()
     };
     for (name, _) in cases {
-        assert!(!a_starts(name).await, "{name}: a started after its lease ended");
+        assert!(
+            !a_starts(name).await,
+            "{name}: a started after its lease ended"
+        );
     }
     let ran = Ran::default();
     for (name, missed) in cases {
@@ -525,7 +528,10 @@ where
             at(m - 30, 0),
         );
         job.fire_at(at(m + 5, 100)).await;
-        assert!(!a_starts(name).await, "{name}: a started after b decided it");
+        assert!(
+            !a_starts(name).await,
+            "{name}: a started after b decided it"
+        );
         job.fire_at(at(m + 60, 100)).await;
     }
     // The started one never runs again, whatever the policy says; its run

@@ -958,7 +958,10 @@ async fn a_claim_answered_after_the_view_ended_is_caught_up_by_the_next_leader()
     until_leader(&b).await;
     firing.await.unwrap();
     assert!(!a.is_leader(G));
-    assert!(ran.lock().unwrap().is_empty(), "a ran it after its view ended");
+    assert!(
+        ran.lock().unwrap().is_empty(),
+        "a ran it after its view ended"
+    );
     let job_b = recording(minutely(), &b, &ran, at(m - 30, 0));
     job_b.fire_at(at(m + 5, 100)).await;
     job_b.fire_at(at(m + 60, 100)).await;
@@ -976,7 +979,13 @@ async fn a_claim_answered_after_the_view_ended_is_caught_up_by_the_next_leader()
         .unwrap()
         .into_iter()
         .rev()
-        .map(|r| (super::history::unix_ms(r.scheduled) / 1000, r.outcome, r.instance))
+        .map(|r| {
+            (
+                super::history::unix_ms(r.scheduled) / 1000,
+                r.outcome,
+                r.instance,
+            )
+        })
         .collect();
     assert_eq!(
         history,
