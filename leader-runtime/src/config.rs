@@ -222,6 +222,11 @@ impl ConfigBuilder {
     /// one. While no notice connection is up, followers fall back to the
     /// lease's expiry and `retry_interval`, as with one server.
     ///
+    /// Moving a slot to another master costs its groups about one `ttl` of
+    /// leadership, never two leaders: while the slot is open every call gets
+    /// `TRYAGAIN`, and the new master vouches for none of the moved records
+    /// (DEPLOYING.md, "Redis Cluster: resharding").
+    ///
     /// An ACL user needs the rules listed at [`redis_url`](Self::redis_url)
     /// plus `+cluster|slots` (the client reads the slot map with it).
     pub fn redis_cluster_urls<I, S>(mut self, urls: I) -> Self
