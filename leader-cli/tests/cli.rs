@@ -473,6 +473,79 @@ async fn a_wrong_password_or_an_unreachable_server_exits_1_without_the_password(
     assert!(!stderr(&out).contains("n0t-redis"), "{}", stderr(&out));
 }
 
+/// Passwords holding commas, spaces and `://`, in the cluster and sentinel
+/// variables (which are cut at commas and spaces) and options: stderr never
+/// shows a byte of them (marked Qk7, Jm5, Zr4). Nothing listens on ports 1
+/// and 2.
+#[tokio::test]
+async fn a_password_with_separators_never_shows_on_stderr() {
+    let marks = ["Qk7", "Jm5", "Zr4"];
+    let cluster = "LEADER_REDIS_CLUSTER_URLS";
+    let sentinels = "LEADER_REDIS_SENTINEL_URLS";
+    // (environment, options)
+    type Case<'a> = (&'a [(&'a str, &'a str)], &'a [&'a str]);
+    let cases: [Case; 6] = [
+        (
+            &[(
+                cluster,
+                "redis://app:Qk7,Jm5 Zr4@127.0.0.1:1,redis://127.0.0.1:2",
+            )],
+            &[],
+        ),
+        (
+            &[(
+                cluster,
+                "redis://app:Qk7,mid://Jm5@127.0.0.1:1, redis://127.0.0.1:2",
+            )],
+            &[],
+        ),
+        (&[(cluster, "redis://app:Qk7 redis://Zr4@127.0.0.1:1")], &[]),
+        (
+            &[
+                ("LEADER_REDIS_SENTINEL_MASTER", "m"),
+                (
+                    sentinels,
+                    "redis://:Qk7, Jm5@127.0.0.1:1 redis://127.0.0.1:2",
+                ),
+            ],
+            &[],
+        ),
+        (
+            &[],
+            &[
+                "--cluster-url",
+                "redis://app:Qk7,Jm5 Zr4@127.0.0.1:1",
+                "--cluster-url",
+                "redis://127.0.0.1:2",
+            ],
+        ),
+        (
+            &[],
+            &[
+                "--sentinel-master",
+                "m",
+                "--sentinel-url",
+                "redis://app:Qk7 ://Jm5@127.0.0.1:1",
+            ],
+        ),
+    ];
+    for (vars, args) in cases {
+        let mut cmd = command();
+        cmd.envs(vars.iter().copied())
+            .args(args)
+            .args(["status", "--timeout", "0.5"]);
+        let out = run(cmd).await;
+        assert_exit(&out, 1);
+        let (err, shown) = (stderr(&out), stdout(&out));
+        for mark in marks {
+            assert!(
+                !err.contains(mark) && !shown.contains(mark),
+                "{vars:?} {args:?}: {mark} shown:\n{err}{shown}"
+            );
+        }
+    }
+}
+
 #[tokio::test]
 async fn usage_errors_exit_2_and_help_has_examples() {
     let out = run(command()).await;

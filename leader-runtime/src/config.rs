@@ -281,6 +281,15 @@ impl ConfigBuilder {
         self
     }
 
+    /// Marks the Redis URLs as cut from the environment variable `name`:
+    /// messages name each by its position there (see `env`).
+    pub(crate) fn urls_from_variable(mut self, name: &'static str) -> Self {
+        if let Some(BackendConfig::Redis(redis)) = &mut self.backend {
+            redis.from_variable = Some(name);
+        }
+        self
+    }
+
     /// The credentials of the master that [`redis_sentinel`](Self::redis_sentinel)
     /// finds: `AUTH username password` (Redis 6 ACL), or `AUTH password`
     /// when `username` is empty (`requirepass`). Only for Sentinel; with

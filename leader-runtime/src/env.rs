@@ -11,6 +11,11 @@
 //!
 //! At most one of the three `LEADER_REDIS_*` deployments may be set; an
 //! empty variable counts as unset.
+//!
+//! The URL lists are cut at commas and spaces before each word that begins
+//! a URL. Percent-encode a password that holds a comma, a space or `://`
+//! there (`,` is `%2C`): a list that could be read as one URL whose password
+//! holds such a cut is refused, and its messages never show a piece of it.
 
 use crate::{Config, ConfigBuilder, Error, Result};
 
@@ -97,7 +102,10 @@ pub(crate) fn builder_from(get: impl Fn(&str) -> Option<String>) -> Result<Confi
         return Ok(builder.redis_url(url.trim()));
     }
     if let Some(urls) = cluster {
-        return Ok(builder.redis_cluster_urls(split(&urls)));
+        let urls = split(CLUSTER_URLS, &urls)?;
+        return Ok(builder
+            .redis_cluster_urls(urls)
+            .urls_from_variable(CLUSTER_URLS));
     }
     if sentinel {
         let (Some(master), Some(urls)) = (master, sentinels) else {
@@ -106,7 +114,9 @@ pub(crate) fn builder_from(get: impl Fn(&str) -> Option<String>) -> Result<Confi
                 format!("and {SENTINEL_MASTER} go together: set both, or neither"),
             ));
         };
-        let builder = builder.redis_sentinel(master.trim(), split(&urls));
+        let builder = builder
+            .redis_sentinel(master.trim(), split(SENTINEL_URLS, &urls)?)
+            .urls_from_variable(SENTINEL_URLS);
         return match (user, password) {
             (user, Some(password)) => {
                 Ok(builder.sentinel_master_auth(user.unwrap_or_default(), password))
@@ -124,12 +134,53 @@ pub(crate) fn builder_from(get: impl Fn(&str) -> Option<String>) -> Result<Confi
     }
 }
 
-/// URLs separated by commas (and/or whitespace).
-fn split(urls: &str) -> Vec<String> {
-    urls.split(|c: char| c == ',' || c.is_whitespace())
-        .filter(|u| !u.is_empty())
-        .map(str::to_owned)
-        .collect()
+/// URLs separated by commas (and/or whitespace), from the variable `name`.
+///
+/// A cut is made only before a word that begins a URL (`scheme://`): a
+/// password holding a comma or a space (but no `://` after it) stays in its
+/// URL. A value cut into several URLs must read surely as such (each
+/// URL with a plain user info, see `redact_text`): otherwise a cut may have
+/// fallen inside a password, and it is refused, naming the value as
+/// `redact_text` shows it (no piece cut out of it is ever shown).
+fn split(name: &'static str, urls: &str) -> Result<Vec<String>> {
+    let is_sep = |c: char| c == ',' || c.is_whitespace();
+    let starts_url = |word: &str| {
+        word.split_once("://").is_some_and(|(scheme, _)| {
+            scheme.starts_with(|c: char| c.is_ascii_alphabetic())
+                && scheme
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "+.-".contains(c))
+        })
+    };
+    let mut out: Vec<String> = Vec::new();
+    let mut rest = urls.trim_start_matches(is_sep);
+    let mut gap = "";
+    while !rest.is_empty() {
+        let word_end = rest.find(is_sep).unwrap_or(rest.len());
+        let (word, tail) = rest.split_at(word_end);
+        match out.last_mut() {
+            Some(last) if !starts_url(word) => {
+                last.push_str(gap);
+                last.push_str(word);
+            }
+            _ => out.push(word.to_owned()),
+        }
+        let gap_end = tail.find(|c: char| !is_sep(c)).unwrap_or(tail.len());
+        (gap, rest) = tail.split_at(gap_end);
+    }
+    if out.len() > 1 && !crate::redact::is_plain_url_list(urls) {
+        return Err(env_err(
+            name,
+            format!(
+                "holds several URLs that cannot be told apart from a password holding a comma, \
+                 a space or `://` ({}): give every URL the same user and password, \
+                 percent-encoding any character other than letters, digits and `-._~` \
+                 (`,` is %2C, a space %20, `@` %40, `/` %2F, `:` %3A)",
+                crate::redact::redact_text(urls.trim())
+            ),
+        ));
+    }
+    Ok(out)
 }
 
 fn env_err(name: &'static str, rule: String) -> Error {
@@ -246,5 +297,48 @@ mod tests {
         let (field, rule) = error(&[(URL, "redis://u:p/s3cret@h:1")]);
         assert_eq!(field, "redis_url");
         assert!(!rule.contains("s3cret"), "{rule}");
+    }
+
+    /// Every generated password (commas, spaces, `@`, `/`, `:`, `%`, `://`
+    /// in it), in the cluster and sentinel variables (alone, and in lists
+    /// cut at commas and spaces) and in the builder methods: neither the
+    /// error of the build nor the `Debug` of a built config shows a byte of
+    /// it.
+    #[test]
+    fn no_password_byte_in_errors_or_debug_for_any_value() {
+        use crate::redact::tricky::{assert_hidden, passwords};
+        let shown = |pw: &str, what: &str, built: Result<Config>| match built {
+            Ok(config) => assert_hidden(pw, what, &format!("{config:?}")),
+            Err(e) => assert_hidden(pw, what, &format!("{e} {e:?}")),
+        };
+        for pw in passwords() {
+            for scheme in ["redis", "rediss"] {
+                let url = format!("{scheme}://app:{pw}@h1:7000");
+                let same = format!("{scheme}://app:{pw}@h2:7000");
+                let lists = [
+                    url.clone(),
+                    format!("{url},{scheme}://h2:7000"),
+                    format!("{scheme}://h2:7000, {url}"),
+                    format!("{url} {same}"),
+                    format!("{url},{same}"),
+                ];
+                for list in &lists {
+                    let what = format!("{CLUSTER_URLS}={list:?}");
+                    shown(&pw, &what, from(&[(CLUSTER_URLS, list)]));
+                    let what = format!("{SENTINEL_URLS}={list:?}");
+                    let vars = [(SENTINEL_MASTER, "m"), (SENTINEL_URLS, list.as_str())];
+                    shown(&pw, &what, from(&vars));
+                }
+                let pieces = [url.clone(), format!("{scheme}://h2:7000")];
+                let what = format!("redis_cluster_urls({pieces:?})");
+                let built = Config::builder().redis_cluster_urls(&pieces).build();
+                shown(&pw, &what, built);
+                let what = format!("redis_sentinel({pieces:?})");
+                let built = Config::builder().redis_sentinel("m", &pieces).build();
+                shown(&pw, &what, built);
+                let what = format!("redis_url({url:?})");
+                shown(&pw, &what, Config::builder().redis_url(&url).build());
+            }
+        }
     }
 }

@@ -55,37 +55,178 @@ pub(crate) fn redact_url(url: &str) -> String {
         }
         _ => rest,
     };
+    push_host_and_query(rest, &mut out);
+    out
+}
+
+/// What follows a URL's user info (or its `://`): the host and path as
+/// they are, the query's credentials redacted.
+fn push_host_and_query(rest: &str, out: &mut String) {
     match rest.split_once('?') {
         None => out.push_str(rest),
         Some((before, query)) => {
             out.push_str(before);
             out.push('?');
-            redact_query(query, &mut out);
+            redact_query(query, out);
         }
     }
+}
+
+/// Free text (an error message) with every URL in it redacted, and no byte
+/// of any user info password shown, whatever the password holds (spaces,
+/// commas, `@`, `/`, `:`, `%`, `://`).
+///
+/// When the text reads surely as ordinary URLs — each `@` after the first
+/// `://` ends the user info of a URL that starts at the beginning of a word
+/// (or after `,;([{<"'=`), user info made of letters, digits and
+/// `-._~%!$&*+=` with at most one `:`, and every URL before the last `@`
+/// has such a user info — each URL is redacted as [`redact_url`] does (it
+/// runs from its scheme to the next space or the next such URL), so each
+/// host stays readable. Otherwise a password may hold a space, a comma or
+/// another URL, and everything from the first `://` to the last `@` is
+/// hidden (only a plain user name before its first `:` is shown).
+pub(crate) fn redact_text(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let starts = url_starts(text);
+    let Some(first) = starts.first() else {
+        return text.to_owned();
+    };
+    let after = first.sep + 3;
+    let last_at = text[after..].rfind('@').map(|i| after + i);
+    let Some(last_at) = last_at.filter(|_| !per_url_reading_is_sure(text, &starts)) else {
+        redact_each_url(text, &starts, 0, &mut out);
+        return out;
+    };
+    // No URL before the first `://`.
+    out.push_str(&text[..after]);
+    let userinfo = &text[after..last_at];
+    match userinfo.split_once(':') {
+        Some((user, _)) if user.chars().all(is_user_name_char) => {
+            out.push_str(user);
+            out.push_str(":***");
+        }
+        _ => out.push_str("***"),
+    }
+    let end = unit_end(text, &starts, last_at);
+    // After a `?` or `#`, the `@` may be inside a query's credential: what
+    // follows it in the URL is hidden too.
+    if !userinfo.contains(['?', '#']) {
+        push_host_and_query(&text[last_at..end], &mut out);
+    }
+    redact_each_url(text, &starts, end, &mut out);
     out
 }
 
-/// Free text (an error message) with every URL in it redacted as
-/// [`redact_url`] does: each whitespace-separated word that contains `://`.
-pub(crate) fn redact_text(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while !rest.is_empty() {
-        let word_end = rest.find(char::is_whitespace).unwrap_or(rest.len());
-        let (word, tail) = rest.split_at(word_end);
-        if word.contains("://") {
-            out.push_str(&redact_url(word));
-        } else {
-            out.push_str(word);
+/// Whether `text` may be redacted URL by URL (see [`redact_text`]).
+fn per_url_reading_is_sure(text: &str, starts: &[UrlStart]) -> bool {
+    let Some(first) = starts.first() else {
+        return true;
+    };
+    let after = first.sep + 3;
+    let Some(last_at) = text[after..].rfind('@').map(|i| after + i) else {
+        return true;
+    };
+    let mut claimed = Vec::new();
+    for start in starts.iter().take_while(|s| s.sep < last_at) {
+        if !start.at_boundary(text) {
+            return false;
         }
-        let space_end = tail
-            .find(|c: char| !c.is_whitespace())
-            .unwrap_or(tail.len());
-        out.push_str(&tail[..space_end]);
-        rest = &tail[space_end..];
+        let rest = &text[start.sep + 3..];
+        let run = rest
+            .find(|c: char| !(is_userinfo_char(c) || c == ':'))
+            .unwrap_or(rest.len());
+        if !rest[run..].starts_with('@') || rest[..run].matches(':').count() > 1 {
+            return false;
+        }
+        claimed.push(start.sep + 3 + run);
     }
-    out
+    // Both in order: every `@` is claimed.
+    text[after..]
+        .match_indices('@')
+        .map(|(i, _)| after + i)
+        .eq(claimed)
+}
+
+/// [`per_url_reading_is_sure`] of a whole text.
+pub(crate) fn is_plain_url_list(text: &str) -> bool {
+    per_url_reading_is_sure(text, &url_starts(text))
+}
+
+/// Where a URL's `://` is, and where its scheme (letters, digits, `+.-`
+/// before it) begins.
+struct UrlStart {
+    scheme: usize,
+    sep: usize,
+}
+
+impl UrlStart {
+    /// A scheme that begins with a letter, at the beginning of the text or
+    /// after a space or an opening or separating character.
+    fn at_boundary(&self, text: &str) -> bool {
+        text[self.scheme..].starts_with(|c: char| c.is_ascii_alphabetic())
+            && text[..self.scheme].chars().next_back().is_none_or(|c| {
+                c.is_whitespace()
+                    || matches!(c, ',' | ';' | '(' | '[' | '{' | '<' | '"' | '\'' | '=')
+            })
+    }
+}
+
+/// Every `://` of `text`, in order.
+fn url_starts(text: &str) -> Vec<UrlStart> {
+    text.match_indices("://")
+        .map(|(sep, _)| {
+            let scheme = text[..sep]
+                .char_indices()
+                .rev()
+                .take_while(|&(_, c)| c.is_ascii_alphanumeric() || matches!(c, '+' | '.' | '-'))
+                .last()
+                .map_or(sep, |(i, _)| i);
+            UrlStart { scheme, sep }
+        })
+        .collect()
+}
+
+/// A character of an ordinary user info, besides `:`.
+fn is_userinfo_char(c: char) -> bool {
+    c.is_ascii_alphanumeric()
+        || matches!(
+            c,
+            '-' | '.' | '_' | '~' | '%' | '!' | '$' | '&' | '*' | '+' | '='
+        )
+}
+
+/// A character of a user name that is shown.
+fn is_user_name_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_' | '~' | '%' | '+')
+}
+
+/// The end of the URL text that goes on at `from`: the next space, or the
+/// scheme of the next URL (of `starts`) that starts at a boundary.
+fn unit_end(text: &str, starts: &[UrlStart], from: usize) -> usize {
+    let next = starts
+        .iter()
+        .skip_while(|s| s.scheme <= from)
+        .find(|s| s.at_boundary(text))
+        .map_or(text.len(), |s| s.scheme);
+    text[from..next]
+        .find(char::is_whitespace)
+        .map_or(next, |i| from + i)
+}
+
+/// `text[from..]` into `out`, each URL in it (from its scheme to
+/// [`unit_end`]) redacted by [`redact_url`].
+fn redact_each_url(text: &str, starts: &[UrlStart], from: usize, out: &mut String) {
+    let mut pos = from;
+    for (i, start) in starts.iter().enumerate() {
+        if start.scheme < pos {
+            continue;
+        }
+        out.push_str(&text[pos..start.scheme]);
+        let end = unit_end(text, &starts[i + 1..], start.sep);
+        out.push_str(&redact_url(&text[start.scheme..end]));
+        pos = end;
+    }
+    out.push_str(&text[pos..]);
 }
 
 /// `query` (everything after `?`, fragment included) with the values of
@@ -142,8 +283,46 @@ fn percent_decode(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// Passwords built from tricky pieces, for the tests here and in `env`.
+#[cfg(test)]
+pub(crate) mod tricky {
+    /// The marks every generated password holds (first, middle, last): none
+    /// of them may ever be shown.
+    pub(crate) const MARKS: [&str; 3] = ["Qk7", "Jm5", "Zr4"];
+
+    /// Separators and URL syntax a password may hold.
+    const PARTS: &[&str] = &[
+        ",", " ", ", ", "\t", "@", "/", ":", "%", "%2C", "%40", "?", "#", "&", "=", "://",
+        "redis://", "x://", "mid://", "@h", ";", "(",
+    ];
+
+    /// `Qk7{x}Jm5{y}Zr4` and `Qk7{x}{y}Zr4` for every pair of parts.
+    pub(crate) fn passwords() -> Vec<String> {
+        let mut out = Vec::new();
+        for x in PARTS {
+            for y in PARTS {
+                out.push(format!("Qk7{x}Jm5{y}Zr4"));
+                out.push(format!("Qk7{x}{y}Zr4"));
+            }
+        }
+        out
+    }
+
+    /// Fails the test when `shown` holds a mark of `password`.
+    #[track_caller]
+    pub(crate) fn assert_hidden(password: &str, what: &str, shown: &str) {
+        for mark in MARKS {
+            assert!(
+                !shown.contains(mark),
+                "password {password:?} shown ({mark}) by {what}: {shown:?}"
+            );
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use super::tricky::{assert_hidden, passwords};
     use super::{redact_text, redact_url};
     use crate::{Config, Error};
 
@@ -303,5 +482,66 @@ mod tests {
         );
         assert_eq!(redact_text("no url here  at all "), "no url here  at all ");
         assert_eq!(redact_text(""), "");
+    }
+
+    /// Every generated password, after any user name (or none), in URLs of
+    /// every scheme, alone, in lists (commas, spaces, new lines) and in free
+    /// text: neither `redact_text` nor (a single URL) `redact_url` shows a
+    /// byte of it.
+    #[test]
+    fn no_password_byte_is_shown_for_any_input() {
+        let hosts = ["h1:7000", "10.0.0.1:6379/2", "[::1]:26379"];
+        for pw in passwords() {
+            for scheme in ["redis", "rediss", "redis+sentinel"] {
+                for (i, host) in hosts.iter().enumerate() {
+                    let mut urls = vec![
+                        format!("{scheme}://app:{pw}@{host}"),
+                        format!("{scheme}://:{pw}@{host}"),
+                        format!("{scheme}://u.ser-1:{pw}@{host}?protocol=resp3"),
+                    ];
+                    if !pw.contains(':') {
+                        // A user info without `:` is a token.
+                        urls.push(format!("{scheme}://{pw}@{host}"));
+                    }
+                    for url in &urls {
+                        assert_hidden(&pw, "redact_url", &redact_url(url));
+                        let other = format!("{scheme}://app:plain-pw@h{i}:7000");
+                        let texts = [
+                            url.clone(),
+                            format!("connect to {url} failed: refused"),
+                            format!("see ({url}), ok"),
+                            format!("mail ops@example.com about {url} now"),
+                            format!("{url},{scheme}://h2:7000"),
+                            format!("{scheme}://h2:7000, {url}"),
+                            format!("{url} {other}"),
+                            format!("{other},{url}"),
+                            format!("urls={url}\n{other}; retry"),
+                            format!("bad value ({url},{url}): no"),
+                        ];
+                        for text in texts {
+                            assert_hidden(
+                                &pw,
+                                &format!("redact_text({text:?})"),
+                                &redact_text(&text),
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Two ordinary URLs with credentials, in a list or in free text, still
+    /// show each host.
+    #[test]
+    fn ordinary_urls_with_credentials_keep_their_hosts() {
+        assert_eq!(
+            redact_text("redis://app:s3cret@h1:7000,redis://app:s3cret@h2:7000"),
+            "redis://app:***@h1:7000,redis://app:***@h2:7000"
+        );
+        assert_eq!(
+            redact_text("seeds (rediss://:s3cret@h1:1, rediss://:s3cret@h2:2) down"),
+            "seeds (rediss://:***@h1:1, rediss://:***@h2:2) down"
+        );
     }
 }

@@ -50,6 +50,10 @@ pub(crate) struct RedisConfig {
     /// Sentinel (`redis_sentinel`): the master's name; `urls` are the sentinels'.
     pub(crate) sentinel: Option<String>,
     pub(crate) options: RedisOptions,
+    /// The environment variable the URLs were cut from, if any: messages
+    /// then name a URL by its position in it, never by a piece of it (a cut
+    /// may have fallen inside a password).
+    pub(crate) from_variable: Option<&'static str>,
 }
 
 /// Settings for either kind of deployment, set independently of the URLs.
@@ -89,6 +93,7 @@ impl RedisConfig {
             cluster: false,
             sentinel: None,
             options: RedisOptions::default(),
+            from_variable: None,
         }
     }
 
@@ -98,6 +103,7 @@ impl RedisConfig {
             cluster: true,
             sentinel: None,
             options: RedisOptions::default(),
+            from_variable: None,
         }
     }
 
@@ -107,6 +113,7 @@ impl RedisConfig {
             cluster: false,
             sentinel: Some(master_name),
             options: RedisOptions::default(),
+            from_variable: None,
         }
     }
 
@@ -202,14 +209,19 @@ impl Clients {
         }
         let mut nodes = Vec::with_capacity(config.urls.len());
         let mut infos = Vec::with_capacity(config.urls.len());
-        for url in &config.urls {
+        // How a message names a URL.
+        let shown = |i: usize, url: &str| match config.from_variable {
+            Some(name) => format!("URL {} of {name}", i + 1),
+            None => redact_url(url),
+        };
+        for (i, url) in config.urls.iter().enumerate() {
             let tls = is_tls_url(url);
             if tls && !cfg!(feature = "tls") {
                 return Err(Error::config(
                     field,
                     format!(
                         "uses TLS ({}), which needs the `tls` feature of leader-runtime",
-                        redact_url(url)
+                        shown(i, url)
                     ),
                 ));
             }
@@ -217,16 +229,21 @@ impl Clients {
                 let option = config.options.first_set().unwrap_or("tls_ca_certs");
                 return Err(Error::config(
                     option,
-                    format!("needs rediss:// URLs, but {field} has {}", redact_url(url)),
+                    format!("needs rediss:// URLs, but {field} has {}", shown(i, url)),
                 ));
             }
             let info = url.as_str().into_connection_info().map_err(|e| {
                 Error::config(
                     field,
                     format!(
-                        "must be a valid redis:// or rediss:// URL ({}): {}",
-                        redact_url(url),
-                        e.category()
+                        "must be a valid redis:// or rediss:// URL ({}): {}{}",
+                        shown(i, url),
+                        e.category(),
+                        if config.from_variable.is_some() {
+                            " (the variable is cut at commas and spaces: percent-encode them in a password, as %2C and %20)"
+                        } else {
+                            ""
+                        }
                     ),
                 )
             })?;
@@ -235,12 +252,12 @@ impl Clients {
                     field,
                     format!(
                         "must not name a database ({}): Redis Cluster has only database 0",
-                        redact_url(url)
+                        shown(i, url)
                     ),
                 ));
             }
             if config.sentinel.is_some() {
-                infos.push((info, redact_url(url)));
+                infos.push((info, shown(i, url)));
             } else {
                 nodes.push(open_client(info, &config.options, field)?);
             }
