@@ -383,8 +383,14 @@ impl Runtime {
         let group = group_of(name)?;
         let keys = OnceKeys::new(&self.config().key_prefix, &group);
         let limit = self.config().call_timeout;
-        let (_, stored) =
-            backend::within(&group, limit, self.ctx().backend.once_read(&group, &keys)).await?;
+        let (_, stored) = backend::within(
+            &group,
+            limit,
+            self.ctx()
+                .backend
+                .once_read(&group, &keys, self.config().ttl),
+        )
+        .await?;
         Ok(status(name, stored))
     }
 
@@ -424,7 +430,10 @@ impl Runtime {
         let group = group_of(name)?;
         let keys = OnceKeys::new(&self.config().key_prefix, &group);
         let limit = self.config().call_timeout;
-        let reset = self.ctx().backend.once_reset(&group, &keys);
+        let reset = self
+            .ctx()
+            .backend
+            .once_reset(&group, &keys, self.config().ttl);
         match backend::within(&group, limit, reset).await? {
             (Verdict::Busy, _) => Err(Error::OnceBusy {
                 name: name.to_owned(),
@@ -803,7 +812,9 @@ impl<'a> Call<'a> {
     async fn fetch(&self) -> Result<(Verdict, Stored)> {
         let ctx = self.rt.ctx();
         let limit = ctx.config.call_timeout;
-        let read = ctx.backend.once_read(&self.group, &self.keys);
+        let read = ctx
+            .backend
+            .once_read(&self.group, &self.keys, ctx.config.ttl);
         let answer = backend::within(&self.group, limit, read).await;
         self.logged(&self.reads_failing, "reading the result", answer)
     }

@@ -44,6 +44,16 @@ pub(crate) fn redact_url(url: &str) -> String {
     let rest = match rest.rfind('@') {
         Some(at) if !rest.starts_with('/') => {
             let userinfo = &rest[..at];
+            // An `@` after a `?` or `#` that reads as a query (a path
+            // before it, or a `name=value` after it: `?password=a@b`) may
+            // be the query's as well as the user info's: which is not
+            // knowable, so nothing after the `://` is shown.
+            if let Some((before, after)) = userinfo.split_once(['?', '#']) {
+                if before.contains('/') || after.contains('=') {
+                    out.push_str("***");
+                    return out;
+                }
+            }
             match userinfo.split_once(':') {
                 Some((user, _)) => {
                     out.push_str(user);
@@ -543,5 +553,22 @@ mod tests {
             redact_text("seeds (rediss://:s3cret@h1:1, rediss://:s3cret@h2:2) down"),
             "seeds (rediss://:***@h1:1, rediss://:***@h2:2) down"
         );
+    }
+
+    #[test]
+    fn an_at_in_the_query_shows_no_password_byte() {
+        for url in [
+            "redis://host:6379/0?password=Qk7@Zr4",
+            "redis://u:pw@host/0?pass=Qk7@Zr4",
+            "rediss://host/?auth=Qk7@Zr4&db=1",
+            "redis://h#frag=Qk7@Zr4",
+        ] {
+            let shown = redact_url(url);
+            assert!(
+                !shown.contains("Qk7") && !shown.contains("Zr4"),
+                "{url} -> {shown}"
+            );
+            assert!(!shown.contains("pw"), "{url} -> {shown}");
+        }
     }
 }

@@ -69,6 +69,64 @@ async fn a_new_group_waits_one_ttl_after_the_data_may_have_gone() {
     b.shutdown().await;
 }
 
+#[tokio::test]
+async fn statistics_reset_after_an_eviction_do_not_hide_it() {
+    let (server, a) = healthy().await;
+    // No lease script between the eviction and CONFIG RESETSTAT (which sets
+    // evicted_keys back to 0, as the marker last saw it): the fleet is
+    // stopped for less than a ttl.
+    a.shutdown().await;
+    evict_a_key(&server).await;
+    server.cmd(&["CONFIG", "RESETSTAT"]).await.unwrap();
+    let b = instance(server.url(), "b");
+    assert!(!leads_at_once(&b, "after-eviction").await);
+    b.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_older_marker_put_back_in_place_is_not_trusted() {
+    let (server, a) = healthy().await;
+    // A backup of the marker, put back in place (RESTORE) more than a ttl
+    // later: the process and its ids are the same, and records created
+    // since may have gone with the rest of the data.
+    let dump = dump(&server, "leader:server").await;
+    sleep(TTL + TTL / 2).await;
+    restore(&server, "leader:server", &dump).await;
+    assert!(!leads_at_once(&a, "after-restore").await);
+    a.shutdown().await;
+}
+
+/// `DUMP key` as raw bytes.
+async fn dump(server: &RedisServer, key: &str) -> Vec<u8> {
+    let mut conn = redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    redis::cmd("DUMP")
+        .arg(key)
+        .query_async(&mut conn)
+        .await
+        .unwrap()
+}
+
+/// `RESTORE key 0 dump REPLACE`.
+async fn restore(server: &RedisServer, key: &str, dump: &[u8]) {
+    let mut conn = redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let () = redis::cmd("RESTORE")
+        .arg(key)
+        .arg(0)
+        .arg(dump)
+        .arg("REPLACE")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+}
+
 /// Make the server evict at least one key (keys with an expiry only: the
 /// marker and the records have none).
 async fn evict_a_key(server: &RedisServer) {

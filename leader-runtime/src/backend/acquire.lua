@@ -36,6 +36,7 @@
 -- The work is record.lua's acquire_one (shared with acquire_many.lua).
 -- Redis < 5 needs this to write after reading TIME; later versions ignore it.
 if redis.replicate_commands then redis.replicate_commands() end
+marker_ttl = tonumber(ARGV[2])
 local suspect_below, grace = heir_args(3)
 local reply, err = acquire_one(KEYS[1], KEYS[2], KEYS[3], ARGV[1], tonumber(ARGV[2]), ARGV[2], script_clock(),
   suspect_below, grace)

@@ -19,6 +19,7 @@
 --          reply than on the commands (BENCHMARKS.md).
 --          Every group reads the same server time and identity.
 if redis.replicate_commands then redis.replicate_commands() end
+marker_ttl = tonumber(ARGV[2])
 local ttl = tonumber(ARGV[2])
 local id = ARGV[1]
 local clock = script_clock()

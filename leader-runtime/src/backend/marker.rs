@@ -71,8 +71,6 @@ mod tests {
             assert_eq!(slot(marker.as_bytes()), slot(record.as_bytes()), "{marker}");
             assert!(marker.starts_with("leader:{") && marker.ends_with("}:server"));
         }
-        // A prefix with a hash tag of its own keeps every key in its slot.
-        assert_eq!(marker_key("{app}:{jobs}:token", true), "{app}:server");
     }
 
     #[test]

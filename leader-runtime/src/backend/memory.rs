@@ -325,6 +325,15 @@ impl MemoryBackend {
         );
     }
 
+    /// Evict the record at `key` (as an `allkeys-*` policy may), counted as
+    /// an eviction.
+    #[cfg(test)]
+    pub(crate) fn evict_record(&self, key: &str) {
+        let mut state = self.state();
+        state.data.records.remove(key);
+        state.since = Some(Instant::now());
+    }
+
     /// Set the last token issued in the record at `key` (which exists).
     #[cfg(test)]
     pub(crate) fn set_last_token(&self, key: &str, token: u64) {

@@ -18,7 +18,8 @@
 -- KEYS[4]  server marker (see record.lua)
 -- ARGV[1]  'begin' (the lease holder's step), 'done', 'fail', 'alive' (the
 --          latest attempt's runner, with or without the lease), 'read' or 'reset'
--- ARGV[2]  our instance id     (begin, done, fail, alive)
+-- ARGV[2]  our instance id     (begin, done, fail, alive); read, reset: the
+--          lease's ttl in ms
 -- ARGV[3]  our fencing token   (begin, done, fail, alive; decimal, compared as a string)
 -- ARGV[4]  begin: the caller's attempt limit; done: the summary; fail: the error text;
 --          alive: the ttl in ms
@@ -68,11 +69,14 @@ local function attempt_alive(now)
   return started_token ~= '' and failed_token ~= started_token and running_until > now
 end
 
--- Whether an attempt may still run although nobody holds the lease (see above).
-local function may_run(now)
+-- Whether an attempt may still run although nobody holds the lease (see
+-- above); ttl: the lease's, in ms. With no record (evicted or lost with the
+-- lease), as acquire's grant: until one ttl after the server marker's since.
+local function may_run(now, ttl)
   local rec, err = read_record(KEYS[2])
   if err then return nil, err end
   if rec and (not vouched(rec, this_run()) or rec['until'] > now) then return true end
+  if not rec and now < epoch_of().since + ttl then return true end
   return attempt_alive(now)
 end
 
@@ -82,8 +86,10 @@ local holder = redis.call('GET', KEYS[1])
 if op == 'read' or op == 'reset' then
   local running = holder ~= false
   if not running then
+    local ttl = tonumber(ARGV[2])
+    if not ttl then return redis.error_reply('ERR once: ' .. op .. ' needs the ttl') end
     local err
-    running, err = may_run(server_now())
+    running, err = may_run(server_now(), ttl)
     if err then return redis.error_reply(err) end
   end
   if op == 'read' then

@@ -5,6 +5,8 @@
 //! while none may). `once.lua` is the Redis side,
 //! `memory/once.rs` the same rules in memory.
 
+use std::time::Duration;
+
 use super::Backend;
 use crate::names::GroupKeys;
 use crate::Result;
@@ -133,10 +135,11 @@ impl Backend {
         &self,
         group: &str,
         keys: &OnceKeys,
+        ttl: Duration,
     ) -> Result<(Verdict, Stored)> {
         match self {
-            Backend::Redis(b) => b.once_read(group, keys).await,
-            Backend::Memory(b) => b.once_read(group, keys),
+            Backend::Redis(b) => b.once_read(group, keys, ttl).await,
+            Backend::Memory(b) => b.once_read(group, keys, ttl),
         }
     }
 
@@ -147,10 +150,11 @@ impl Backend {
         &self,
         group: &str,
         keys: &OnceKeys,
+        ttl: Duration,
     ) -> Result<(Verdict, Stored)> {
         match self {
-            Backend::Redis(b) => b.once_reset(group, keys).await,
-            Backend::Memory(b) => b.once_reset(group, keys),
+            Backend::Redis(b) => b.once_reset(group, keys, ttl).await,
+            Backend::Memory(b) => b.once_reset(group, keys, ttl),
         }
     }
 }

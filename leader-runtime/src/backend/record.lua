@@ -41,6 +41,8 @@
 --   since    server unix ms from which no record can have gone missing
 --            (evicted, or lost with the data) without the epoch changing
 --   evicted  the server's evicted_keys count when last seen (INFO stats)
+--   commands its total_commands_processed when last seen (INFO stats)
+--   seen     server unix ms of the last acquire or renew script
 -- Every script that vouches checks it once, first:
 --   - no marker, another run_id (a restart, a restore, another process
 --     promoted), or another replid while master_replid2 is set (this
@@ -51,11 +53,16 @@
 --     repl-backlog-ttl after the last replica left. Same data: the epoch
 --     stays, replid follows;
 --   - another evicted_keys count (any key evicted, maybe a record, under
---     an allkeys-* policy; or CONFIG RESETSTAT): since = now.
+--     an allkeys-* policy), a total_commands_processed below the last one
+--     seen (CONFIG RESETSTAT, which could hide an eviction), or, in an
+--     acquire or renew, no acquire or renew for longer than its ttl (data
+--     put back in place by DEBUG RELOAD or a RESTORE of an older backup,
+--     which keep the process and its ids; after such a quiet spell no view
+--     can still run, so nothing is lost by it): since = now.
 -- So a group with no record may lead after max(0, since + ttl - now): a
 -- missing record means a group that never led since `since` — unless it
--- was deleted by hand (DEL, FLUSHALL of another db is fine), which no
--- server shows.
+-- was deleted by hand (DEL), or the data put back in place (DEBUG RELOAD,
+-- RESTORE) from a copy less than one ttl old, which no server shows.
 
 -- The largest token: fits a signed 64-bit column of any store.
 local MAX_TOKEN = '9223372036854775807'
@@ -76,40 +83,64 @@ local function server_identity()
   if not run then error('INFO server shows no run_id: cannot vouch for lease records') end
   local repl = redis.call('INFO', 'replication')
   local replid2 = string.match(repl, 'master_replid2:(%x+)')
+  local stats = redis.call('INFO', 'stats')
   return {
     run_id = run,
     replid = string.match(repl, 'master_replid:(%x+)') or '',
     promoted = replid2 ~= nil and string.match(replid2, '^0+$') == nil,
-    evicted = string.match(redis.call('INFO', 'stats'), 'evicted_keys:(%d+)') or '',
+    evicted = string.match(stats, 'evicted_keys:(%d+)') or '',
+    commands = string.match(stats, 'total_commands_processed:(%d+)') or '',
   }
 end
+
+-- The lease ttl (ms) of the calling script, set by those that carry one
+-- (acquire, renew) before anything else: only they keep the marker's
+-- `seen`, and check it.
+local marker_ttl
 
 -- The server's epoch and since (see above), from the marker at key, which
 -- this call checks and updates: read once per script call (epoch_of).
 local function check_marker(key, now)
   local id = server_identity()
-  local m = redis.pcall('HMGET', key, 'run_id', 'replid', 'epoch', 'since', 'evicted')
+  local fields = {'run_id', 'replid', 'epoch', 'since', 'evicted', 'seen', 'commands'}
+  local m = redis.pcall('HMGET', key, unpack(fields))
   if type(m) == 'table' and m.err then
     -- Another type (WRONGTYPE) is named; a refusal is raised as it is.
     local kind = redis.call('TYPE', key)['ok']
     if kind ~= 'hash' and kind ~= 'none' then
       error('ERR server marker ' .. key .. ' is a ' .. kind)
     end
-    m = redis.call('HMGET', key, 'run_id', 'replid', 'epoch', 'since', 'evicted')
+    m = redis.call('HMGET', key, unpack(fields))
   end
+  local now_ms = string.format('%d', now)
   local epoch, since = m[3], tonumber(m[4])
   if not epoch or not since or m[1] ~= id.run_id or (m[2] ~= id.replid and id.promoted) then
     epoch, since = id.run_id, now
     if id.replid ~= '' then epoch = epoch .. '/' .. id.replid end
     redis.call('HSET', key, 'run_id', id.run_id, 'replid', id.replid, 'epoch', epoch,
-      'since', string.format('%d', since), 'evicted', id.evicted)
+      'since', now_ms, 'evicted', id.evicted, 'seen', now_ms, 'commands', id.commands)
     return epoch, since
   end
-  if m[2] ~= id.replid then redis.call('HSET', key, 'replid', id.replid) end
-  if m[5] ~= id.evicted then
+  local fresh = {}
+  if m[2] ~= id.replid then fresh[#fresh + 1], fresh[#fresh + 2] = 'replid', id.replid end
+  -- Evictions (a record may be gone); statistics reset since the last look
+  -- (CONFIG RESETSTAT would hide an eviction: total_commands_processed only
+  -- falls then); no lease script for longer than a ttl (the data may have
+  -- been put back in place: DEBUG RELOAD, RESTORE of a backup; a fleet idle
+  -- that long loses nothing by it, every view has ended).
+  local reset = m[5] ~= id.evicted
+    or (tonumber(id.commands) or 0) < (tonumber(m[7]) or 0)
+    or (marker_ttl ~= nil and now - (tonumber(m[6]) or 0) > marker_ttl)
+  if reset then
     since = now
-    redis.call('HSET', key, 'since', string.format('%d', since), 'evicted', id.evicted)
+    fresh[#fresh + 1], fresh[#fresh + 2] = 'since', now_ms
+    fresh[#fresh + 1], fresh[#fresh + 2] = 'evicted', id.evicted
   end
+  if marker_ttl ~= nil or reset then
+    fresh[#fresh + 1], fresh[#fresh + 2] = 'commands', id.commands
+  end
+  if marker_ttl ~= nil then fresh[#fresh + 1], fresh[#fresh + 2] = 'seen', now_ms end
+  if #fresh > 0 then redis.call('HSET', key, unpack(fresh)) end
   return epoch, since
 end
 

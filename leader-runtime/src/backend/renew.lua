@@ -14,5 +14,6 @@
 --              restore): nothing written; acquire again (a safe start)
 --          -3  the group is paused: nothing written; hand over (drain, release)
 if redis.replicate_commands then redis.replicate_commands() end
+marker_ttl = tonumber(ARGV[2])
 local now = server_now()
 return renew_one(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[3], now, tonumber(ARGV[2]), this_run())

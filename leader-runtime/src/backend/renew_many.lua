@@ -12,6 +12,7 @@
 --          one bad key does not fail the renewals of the others (an error
 --          reply nested in the array would fail the whole call client-side)
 if redis.replicate_commands then redis.replicate_commands() end
+marker_ttl = tonumber(ARGV[2])
 local ttl = tonumber(ARGV[2])
 local now = server_now()
 local run = this_run()

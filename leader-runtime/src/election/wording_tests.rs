@@ -29,7 +29,9 @@ async fn a_first_election_is_normal_and_a_lost_record_is_a_warning() {
         Event::Elected { .. }
     ));
     assert_eq!(
-        captured.lines("INFO", "no record of this group yet").len(),
+        captured
+            .lines("INFO", "Redis has no record of this group")
+            .len(),
         1
     );
     assert_eq!(captured.lines("WARN", "lost its data").len(), 0);
@@ -45,7 +47,9 @@ async fn a_first_election_is_normal_and_a_lost_record_is_a_warning() {
     assert!(a.is_leader(G));
     assert_eq!(captured.lines("WARN", "Redis lost its data").len(), 1);
     assert_eq!(
-        captured.lines("INFO", "no record of this group yet").len(),
+        captured
+            .lines("INFO", "Redis has no record of this group")
+            .len(),
         1
     );
 }

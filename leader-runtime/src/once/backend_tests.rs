@@ -46,8 +46,8 @@ where
     };
     let step =
         |token, step| async move { brief(backend.once_step(&holder(token), step).await.unwrap()) };
-    let read = || async { brief(backend.once_read(GROUP, &keys).await.unwrap()) };
-    let reset = || async { brief(backend.once_reset(GROUP, &keys).await.unwrap()) };
+    let read = || async { brief(backend.once_read(GROUP, &keys, TTL).await.unwrap()) };
+    let reset = || async { brief(backend.once_reset(GROUP, &keys, TTL).await.unwrap()) };
     let begin = |limit| Step::Begin { limit };
     let fail = Step::Fail { error: "boom" };
 
@@ -126,6 +126,50 @@ async fn the_rules_on_redis() {
             }
         }
     };
+    // A server the fleet has used for longer than a ttl: its marker
+    // vouches that no record went missing (record.lua).
+    let keys = OnceKeys::new("leader", GROUP);
+    rt.ctx().backend.once_read(GROUP, &keys, TTL).await.unwrap();
+    server
+        .cmd(&["HSET", "leader:server", "since", "0"])
+        .await
+        .unwrap();
     scenario(&rt.ctx().backend, age).await;
     rt.shutdown().await;
+}
+
+/// A runner's lease key and record evicted together mid-body: no record
+/// says until when it may lead, but the eviction is within a ttl, so a
+/// waiter does not conclude the attempts are used up, and no reset counts
+/// them away, while the body may still run.
+#[tokio::test(start_paused = true)]
+async fn an_attempt_whose_record_was_evicted_may_still_run() {
+    let mem = MemoryBackend::new();
+    let backend = Backend::Memory(mem.clone());
+    let keys = OnceKeys::new("leader", GROUP);
+    let op = Op {
+        group: GROUP,
+        keys: &keys.group,
+        id: "a",
+    };
+    let Acquire::Won { token, .. } = backend.acquire(&op, TTL).await.unwrap() else {
+        panic!("not won")
+    };
+    let holder = Holder {
+        group: GROUP,
+        keys: &keys,
+        id: "a",
+        token,
+    };
+    let begun = backend.once_step(&holder, Step::Begin { limit: 1 }).await;
+    assert_eq!(brief(begun.unwrap()), (Verdict::Run, 1, 0));
+    mem.lose_lease("leader", GROUP);
+    mem.evict_record(&keys.group.record);
+    let read = || async { brief(backend.once_read(GROUP, &keys, TTL).await.unwrap()) };
+    assert_eq!(read().await, (Verdict::Held, 1, 0));
+    let reset = backend.once_reset(GROUP, &keys, TTL).await.unwrap();
+    assert_eq!(brief(reset), (Verdict::Busy, 1, 0));
+    // One ttl later every view of it has ended: the attempts are used up.
+    tokio::time::advance(TTL).await;
+    assert_eq!(read().await, (Verdict::Open, 1, 0));
 }

@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 #[cfg(test)]
 use std::sync::atomic::Ordering;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::time::Instant;
 
@@ -134,8 +134,9 @@ impl MemoryBackend {
     /// Whether an attempt of the name may still run (see `once.lua`):
     /// somebody holds the lease, its last holder may still lead (the lease
     /// lost early, or a record this server cannot vouch for), or the latest
-    /// attempt's runner said its body still runs.
-    fn may_run(state: &mut super::State, keys: &OnceKeys) -> bool {
+    /// attempt's runner said its body still runs; with no record, until one
+    /// `ttl` after the last loss (the server marker's `since`).
+    fn may_run(state: &mut super::State, keys: &OnceKeys, ttl: Duration) -> bool {
         if Self::live(state, &keys.group.lease).is_some() {
             return true;
         }
@@ -146,6 +147,11 @@ impl MemoryBackend {
             .records
             .get(&keys.group.record)
             .is_some_and(|r| r.run != run || r.until > now)
+        {
+            return true;
+        }
+        if !state.data.records.contains_key(&keys.group.record)
+            && state.since.is_some_and(|since| now < since + ttl)
         {
             return true;
         }
@@ -161,10 +167,11 @@ impl MemoryBackend {
         &self,
         group: &str,
         keys: &OnceKeys,
+        ttl: Duration,
     ) -> Result<(Verdict, Stored)> {
         self.check_available(group)?;
         let mut state = self.state();
-        let held = Self::may_run(&mut state, keys);
+        let held = Self::may_run(&mut state, keys, ttl);
         let stored = state
             .data
             .once
@@ -186,10 +193,11 @@ impl MemoryBackend {
         &self,
         group: &str,
         keys: &OnceKeys,
+        ttl: Duration,
     ) -> Result<(Verdict, Stored)> {
         self.check_available(group)?;
         let mut state = self.state();
-        let held = Self::may_run(&mut state, keys);
+        let held = Self::may_run(&mut state, keys, ttl);
         let entry = state.data.once.0.entry(keys.result.clone()).or_default();
         let verdict = if entry.stored.done.is_some() {
             Verdict::Done

@@ -1,6 +1,7 @@
 //! The run-once operations on Redis: `once.lua`.
 
 use std::sync::OnceLock;
+use std::time::Duration;
 
 use redis::{Script, Value};
 
@@ -49,26 +50,36 @@ impl RedisBackend {
         &self,
         group: &str,
         keys: &OnceKeys,
+        ttl: Duration,
     ) -> Result<(Verdict, Stored)> {
-        self.once_ask(group, keys, "reset").await
+        self.once_ask(group, keys, "reset", ttl).await
     }
 
     pub(in crate::backend) async fn once_read(
         &self,
         group: &str,
         keys: &OnceKeys,
+        ttl: Duration,
     ) -> Result<(Verdict, Stored)> {
-        self.once_ask(group, keys, "read").await
+        self.once_ask(group, keys, "read", ttl).await
     }
 
     /// `op` (`read` or `reset`: no lease needed) on the name's keys.
-    async fn once_ask(&self, group: &str, keys: &OnceKeys, op: &str) -> Result<(Verdict, Stored)> {
+    /// `ttl`: the lease's, for whether an attempt may still run.
+    async fn once_ask(
+        &self,
+        group: &str,
+        keys: &OnceKeys,
+        op: &str,
+        ttl: Duration,
+    ) -> Result<(Verdict, Stored)> {
         let mut inv = script().prepare_invoke();
         inv.key(&keys.group.lease)
             .key(&keys.group.record)
             .key(&keys.result)
             .key(self.marker(&keys.group.record))
-            .arg(op);
+            .arg(op)
+            .arg(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX));
         self.invoke_once(group, &inv).await
     }
 
