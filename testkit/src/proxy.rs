@@ -5,7 +5,7 @@ use std::fmt;
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -74,6 +74,13 @@ struct Shared {
     live: watch::Sender<BTreeSet<u64>>,
     /// Per-connection modes that override the proxy's (`None`: follow it).
     overrides: Mutex<BTreeMap<u64, watch::Sender<Option<Mode>>>>,
+    /// The proxy's mode, for a trip wire to switch (weak: dropping the
+    /// proxy still closes it, which resets every connection).
+    mode: Weak<watch::Sender<Mode>>,
+    /// An armed trip wire: the bytes whose sending black-holes the proxy.
+    tripwire: Mutex<Option<Vec<u8>>>,
+    /// How many times a trip wire went off.
+    tripped: watch::Sender<u64>,
 }
 
 /// A TCP proxy on `127.0.0.1` that forwards to one upstream (a
@@ -124,7 +131,7 @@ struct Shared {
 pub struct FaultProxy {
     addr: SocketAddr,
     shared: Arc<Shared>,
-    mode: watch::Sender<Mode>,
+    mode: Arc<watch::Sender<Mode>>,
     /// Bumped by `reset_all`; dropping it (with the proxy) resets everything.
     reset: watch::Sender<u64>,
     accept_task: JoinHandle<()>,
@@ -154,14 +161,18 @@ impl FaultProxy {
     pub async fn start(upstream: SocketAddr) -> io::Result<FaultProxy> {
         let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await?;
         let addr = listener.local_addr()?;
+        let (mode, mode_rx) = watch::channel(Mode::Pass);
+        let mode = Arc::new(mode);
         let shared = Arc::new(Shared {
             upstream,
             refuse: AtomicBool::new(false),
             accepted: AtomicU64::new(0),
             live: watch::Sender::new(BTreeSet::new()),
             overrides: Mutex::new(BTreeMap::new()),
+            mode: Arc::downgrade(&mode),
+            tripwire: Mutex::new(None),
+            tripped: watch::Sender::new(0),
         });
-        let (mode, mode_rx) = watch::channel(Mode::Pass);
         let (reset, reset_rx) = watch::channel(0u64);
         let accept_task = tokio::spawn(accept_loop(listener, shared.clone(), mode_rx, reset_rx));
         Ok(FaultProxy {
@@ -314,6 +325,54 @@ impl FaultProxy {
                 true
             }
             None => false,
+        }
+    }
+
+    /// Arms a trip wire: the first chunk a client sends after this that
+    /// contains `pattern` (e.g. the SHA1 of a script, which an `EVALSHA`
+    /// carries) switches the proxy to [`Mode::Blackhole`] before it is
+    /// forwarded, so that chunk is held too, like everything after it,
+    /// until the mode changes. The cut falls exactly between what the
+    /// client sent before that command and the command itself, which no
+    /// timer in a test could hit. The wire goes off once (arm it again for
+    /// another); a pattern split across two reads is not seen (a client
+    /// writes a command in one write, which arrives in one read unless it
+    /// is larger than the proxy's 16 KiB chunks).
+    pub fn blackhole_on_send(&self, pattern: impl Into<Vec<u8>>) {
+        let pattern = pattern.into();
+        assert!(!pattern.is_empty(), "an empty trip wire");
+        *self
+            .shared
+            .tripwire
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(pattern);
+    }
+
+    /// How many times a trip wire ([`blackhole_on_send`](Self::blackhole_on_send))
+    /// went off.
+    pub fn tripped(&self) -> u64 {
+        *self.shared.tripped.borrow()
+    }
+
+    /// Waits until a trip wire has gone off `n` times in all.
+    ///
+    /// # Errors
+    ///
+    /// `TimedOut` after `timeout`.
+    pub async fn wait_tripped(&self, n: u64, timeout: Duration) -> io::Result<()> {
+        let mut tripped = self.shared.tripped.subscribe();
+        let reached = tokio::time::timeout(timeout, tripped.wait_for(|t| *t >= n))
+            .await
+            .is_ok();
+        match reached {
+            true => Ok(()),
+            false => Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!(
+                    "the trip wire went off {} times in {timeout:?}, not {n}",
+                    self.tripped()
+                ),
+            )),
         }
     }
 
@@ -471,6 +530,7 @@ async fn connect_and_pipe(
             to_server,
             reset.clone(),
             XorShift::new(seeds.0),
+            Some(guard.shared.clone()),
         )),
         tokio::spawn(writer(server_wr, from_client, mode.clone(), reset.clone())),
         tokio::spawn(reader(
@@ -478,6 +538,7 @@ async fn connect_and_pipe(
             to_client,
             reset.clone(),
             XorShift::new(seeds.1),
+            None,
         )),
         tokio::spawn(writer(client_wr, from_server, mode, reset)),
     ];
@@ -489,11 +550,13 @@ async fn connect_and_pipe(
 
 /// Reads chunks from one side and queues them for the writer of the other.
 /// Ends on EOF or error (the writer then half-closes its side) or on reset.
+/// `tripwire`: the client's side, which may set off an armed trip wire.
 async fn reader(
     mut rd: OwnedReadHalf,
     queue: mpsc::Sender<Chunk>,
     mut reset: watch::Receiver<u64>,
     mut rng: XorShift,
+    tripwire: Option<Arc<Shared>>,
 ) {
     // `biased` everywhere: a reset wins over whatever else is ready.
     loop {
@@ -508,6 +571,9 @@ async fn reader(
             Ok(n) => n,
         };
         data.truncate(n);
+        if let Some(shared) = &tripwire {
+            trip(shared, &data);
+        }
         let chunk = Chunk {
             data,
             read_at: Instant::now(),
@@ -519,6 +585,27 @@ async fn reader(
             sent = queue.send(chunk) => if sent.is_err() { return },
         }
     }
+}
+
+/// Sets off the armed trip wire if `data` holds its pattern: the proxy's
+/// mode becomes [`Mode::Blackhole`] before `data` is queued, so its writer
+/// holds it.
+fn trip(shared: &Shared, data: &[u8]) {
+    let mut wire = shared
+        .tripwire
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    let hit = wire
+        .as_ref()
+        .is_some_and(|p| data.windows(p.len()).any(|w| w == p.as_slice()));
+    if !hit {
+        return;
+    }
+    *wire = None;
+    if let Some(mode) = shared.mode.upgrade() {
+        mode.send_replace(Mode::Blackhole);
+    }
+    shared.tripped.send_modify(|n| *n += 1);
 }
 
 /// Writes queued chunks to one side when the mode lets them through, in

@@ -352,3 +352,34 @@ async fn one_connection_can_be_blackholed_alone() {
         .unwrap();
     assert!(!proxy.set_connection_mode(ids[0], Some(Mode::Blackhole)));
 }
+
+#[tokio::test]
+async fn a_trip_wire_blackholes_the_command_that_carries_its_pattern() {
+    let (server, proxy) = setup().await;
+    let mut conn = RespConn::connect(proxy.addr()).await.unwrap();
+    proxy.blackhole_on_send("tripwire-key");
+    // Before the pattern: forwarded as usual.
+    conn.cmd(&["SET", "before", "1"])
+        .await
+        .unwrap()
+        .ok()
+        .unwrap();
+    assert_eq!(proxy.tripped(), 0);
+    assert_eq!(proxy.mode(), Mode::Pass);
+    // The command with the pattern does not reach the server, nor anything after it.
+    conn.send(&["SET", "tripwire-key", "1"]).await.unwrap();
+    proxy.wait_tripped(1, MARGIN).await.unwrap();
+    assert_eq!(proxy.mode(), Mode::Blackhole);
+    assert_held(&mut conn).await;
+    assert_eq!(server.cmd(&["EXISTS", "tripwire-key"]).await.unwrap(), 0);
+    // Healed: held bytes go through, and the wire went off once only.
+    proxy.pass();
+    assert_eq!(reply_within(&mut conn, MARGIN).await, "OK");
+    conn.cmd(&["SET", "tripwire-key", "2"])
+        .await
+        .unwrap()
+        .ok()
+        .unwrap();
+    assert_eq!(proxy.mode(), Mode::Pass);
+    assert_eq!(proxy.tripped(), 1);
+}
