@@ -31,7 +31,9 @@ async fn scenario(fault: Fault) {
 /// environment says (`LEADER_BALANCE=1` runs every scenario balanced).
 async fn scenario_with(fault: Fault, balanced: bool) {
     let _serial = SERIAL.lock().await;
-    let mut cfg = if fault.applies(false) {
+    let mut cfg = if fault.needs_cluster() {
+        FleetConfig::new().cluster()
+    } else if fault.applies(false) {
         FleetConfig::new().proxied()
     } else {
         sentinel_fleet(ms(2000))
@@ -121,6 +123,14 @@ async fn partition_follower() {
     scenario(Fault::BlackholeFollower).await;
 }
 
+/// A replica attaches to the fleet's server (a new replication id), then
+/// leaves and the backlog is freed (a new one again): the same data, so
+/// the leader keeps leading throughout — no loss, nobody else elected.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replica_attaches_and_leaves() {
+    scenario(Fault::ReplicaAttachDetach).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_network() {
     scenario(Fault::SlowNetwork).await;
@@ -204,6 +214,17 @@ async fn lagging_replica_promoted_by_sentinel() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lagging_replica_promoted_by_sentinel_then_an_instance_joins() {
     scenario(Fault::ReplicaPromotionJoin).await;
+}
+
+/// Redis Cluster: the group's hash slot moved to another master under the
+/// running fleet (one `MIGRATE`, as `redis-cli --cluster reshard` moves a
+/// slot of a few keys). The target vouches for no moved record: the old
+/// leader's renewal there fails, the next leader waits one ttl; back within
+/// ttl + renew of the move, no overlap, tokens grow, no fenced write refused
+/// from a leader.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn group_slot_moved_to_another_cluster_master() {
+    scenario(Fault::SlotMigration).await;
 }
 
 /// A fleet on a Sentinel deployment whose leader's view outlives a

@@ -40,8 +40,9 @@
 //!
 //! | variable | meaning | default |
 //! | --- | --- | --- |
-//! | `LEADER_REDIS_URL` | Redis to elect on | required, unless a Sentinel is set |
+//! | `LEADER_REDIS_URL` | Redis to elect on | required, unless a Sentinel or a cluster is set |
 //! | `LEADER_REDIS_SENTINEL_MASTER`, `LEADER_REDIS_SENTINEL_URLS` | elect on the master these sentinels (comma-separated URLs) name | none |
+//! | `LEADER_REDIS_CLUSTER_URLS` | elect on the Redis Cluster of these nodes (comma-separated URLs), unless a Sentinel is set | none |
 //! | `INSTANCE_ID` | the instance id in the lease | `instance-<pid>` |
 //! | `TTL_MS`, `RENEW_MS`, `RETRY_MS`, `CALL_TIMEOUT_MS` | [`Config`] | 1000, 200, 200, library default |
 //! | `GROUP` | the group | `chaos` (through `#[leader_only]`) |
@@ -401,9 +402,14 @@ async fn run() -> Result<(), String> {
                 .map_err(|_| "LEADER_REDIS_SENTINEL_URLS is not set")?;
             Config::builder().redis_sentinel(master, urls.split(',').map(str::to_owned))
         }
-        _ => Config::builder().redis_url(
-            std::env::var("LEADER_REDIS_URL").map_err(|_| "LEADER_REDIS_URL is not set")?,
-        ),
+        _ => match std::env::var("LEADER_REDIS_CLUSTER_URLS") {
+            Ok(urls) if !urls.is_empty() => {
+                Config::builder().redis_cluster_urls(urls.split(',').map(str::to_owned))
+            }
+            _ => Config::builder().redis_url(
+                std::env::var("LEADER_REDIS_URL").map_err(|_| "LEADER_REDIS_URL is not set")?,
+            ),
+        },
     };
     let mut config = config
         .instance_id(instance_id.clone())

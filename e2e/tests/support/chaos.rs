@@ -73,6 +73,18 @@ pub enum Fault {
     /// As [`ReplicaPromotion`](Self::ReplicaPromotion), and a new instance
     /// joins once the old primary is demoted.
     ReplicaPromotionJoin,
+    /// One `redis-server` fleets: a replica process of the server attaches
+    /// (the primary's first: its replication id changes), stays for a few
+    /// renewals, then is killed, and the primary frees its backlog
+    /// `repl-backlog-ttl` (set to 1 s) later (a new replication id again).
+    /// The same data throughout: the leader keeps leading.
+    ReplicaAttachDetach,
+    /// Redis Cluster fleets only: the hash slot of the group moved to
+    /// another master under the running fleet, as `redis-cli --cluster
+    /// reshard` moves a slot of a few keys (`SETSLOT IMPORTING` /
+    /// `MIGRATING`, one `MIGRATE` of every key, `SETSLOT NODE` on every
+    /// master).
+    SlotMigration,
 }
 
 impl Fault {
@@ -94,11 +106,20 @@ impl Fault {
         if sentinel {
             Fault::SENTINEL.contains(&self)
         } else {
-            !matches!(self, Fault::ReplicaPromotion | Fault::ReplicaPromotionJoin)
+            !matches!(
+                self,
+                Fault::ReplicaPromotion | Fault::ReplicaPromotionJoin | Fault::SlotMigration
+            )
         }
     }
 
-    pub const ALL: [Fault; 22] = [
+    /// Whether the fault needs a fleet on a Redis Cluster (which takes no
+    /// other fault yet).
+    pub fn needs_cluster(self) -> bool {
+        self == Fault::SlotMigration
+    }
+
+    pub const ALL: [Fault; 24] = [
         Fault::Kill9Leader,
         Fault::SigtermLeader,
         Fault::SigstopLeader,
@@ -121,6 +142,8 @@ impl Fault {
         Fault::AofRestoreJoin,
         Fault::ReplicaPromotion,
         Fault::ReplicaPromotionJoin,
+        Fault::ReplicaAttachDetach,
+        Fault::SlotMigration,
     ];
 
     /// Whether the fault deletes the leader's lease key behind its back
@@ -188,14 +211,15 @@ impl Fault {
             | Fault::AofRestore
             | Fault::AofRestoreJoin
             | Fault::ReplicaPromotion
-            | Fault::ReplicaPromotionJoin => Some(ttl + renew),
+            | Fault::ReplicaPromotionJoin
+            | Fault::SlotMigration => Some(ttl + renew),
             Fault::SigtermLeader => Some(Duration::from_millis(100)),
             Fault::RedisRestart
             | Fault::RedisDown
             | Fault::ForeignValue
             | Fault::WrongType
             | Fault::SlowNetwork => Some(ttl + renew),
-            Fault::BlackholeFollower => None,
+            Fault::BlackholeFollower | Fault::ReplicaAttachDetach => None,
         }
     }
 }
@@ -391,6 +415,21 @@ pub async fn inject(
             lost_since(fleet, leader, t)?;
             if elected_since(fleet, follower, t) {
                 return Err("the partitioned follower was elected".into());
+            }
+        }
+        Fault::ReplicaAttachDetach => {
+            let t = monotonic_now_ns();
+            detail = attach_and_detach_a_replica(fleet, leader).await?;
+            // No change of leadership at all: the leader renewed across
+            // both changes (checked on the way), still does, never lost its
+            // lease, and nobody else was elected.
+            keeps_leading(fleet, leader, monotonic_now_ns(), 2).await?;
+            lost_since(fleet, leader, t)?;
+            if let Some(f) = followers.iter().find(|f| elected_since(fleet, **f, t)) {
+                return Err(format!(
+                    "{} was elected while a replica came and went ({detail})",
+                    fleet.member(*f).name
+                ));
             }
         }
         Fault::SlowNetwork => {
@@ -645,6 +684,11 @@ pub async fn inject(
             );
             recovered_after!(back, format!("Redis restarted from the AOF ({detail})"));
         }
+        Fault::SlotMigration => {
+            let moved = move_group_slot(fleet).await?;
+            detail = moved.detail;
+            recovered_after!(moved.at, format!("the group's slot moved ({detail})"));
+        }
         Fault::ReplicaPromotion | Fault::ReplicaPromotionJoin => {
             let promotion = promote_lagging_replica(fleet).await?;
             detail = promotion.detail;
@@ -682,7 +726,9 @@ pub async fn inject(
     if let Some(slot) = joiner {
         fleet.wait_ready(slot).await;
     }
-    if fault.loses_lease_key() {
+    // A moved slot: the target vouches for no moved record, so the old
+    // leader's renewal there fails.
+    if fault.loses_lease_key() || fault == Fault::SlotMigration {
         // The old leader's lease is gone: it must find out (and its view
         // end) by itself; wait for that so the checker sees whole windows.
         fleet
@@ -700,6 +746,194 @@ pub async fn inject(
         recovery,
         detail,
     })
+}
+
+/// When [`move_group_slot`] finished the move.
+struct Moved {
+    /// After the last `SETSLOT NODE`.
+    at: u64,
+    detail: String,
+}
+
+/// On a cluster fleet: move the group's hash slot from its master to the
+/// next node, as `redis-cli --cluster reshard` moves a slot of at most
+/// `--cluster-pipeline` keys (the steps of
+/// `leader-runtime/tests/redis_cluster_migrate.rs`): `SETSLOT IMPORTING`
+/// on the target, `MIGRATING` on the source, one `MIGRATE` of every key in
+/// the slot (which must include the lease key: the leader's lease moves),
+/// `SETSLOT NODE` on every master, the target first. Checks that the slot
+/// is the target's afterwards and notes it as the fleet's master.
+async fn move_group_slot(fleet: &mut Fleet) -> Result<Moved, String> {
+    let err = |e: std::io::Error| e.to_string();
+    let lease_key = fleet.lease_key();
+    let (cluster, from) = fleet.cluster().ok_or("needs a cluster fleet")?;
+    let n = cluster.nodes().len();
+    let to = (from + 1) % n;
+    let node = |i: usize| cluster.node(i);
+    let cmd = |i: usize, args: Vec<String>| async move {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        match node(i).cmd(&args).await.map_err(err)? {
+            Reply::Error(e) => Err(format!("node {i}: {}: {e}", args.join(" "))),
+            reply => Ok(reply),
+        }
+    };
+    let strings = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+    let slot = cmd(from, strings(&["CLUSTER", "KEYSLOT", lease_key]))
+        .await?
+        .as_int()
+        .ok_or("CLUSTER KEYSLOT: not an integer")?
+        .to_string();
+    let id = |i: usize| async move {
+        cmd(i, strings(&["CLUSTER", "MYID"]))
+            .await?
+            .as_str()
+            .map(str::to_owned)
+            .ok_or_else(|| format!("node {i}: CLUSTER MYID: not a string"))
+    };
+    let (from_id, to_id) = (id(from).await?, id(to).await?);
+    let started = monotonic_now_ns();
+    cmd(
+        to,
+        strings(&["CLUSTER", "SETSLOT", &slot, "IMPORTING", &from_id]),
+    )
+    .await?;
+    cmd(
+        from,
+        strings(&["CLUSTER", "SETSLOT", &slot, "MIGRATING", &to_id]),
+    )
+    .await?;
+    let keys: Vec<String> =
+        match cmd(from, strings(&["CLUSTER", "GETKEYSINSLOT", &slot, "100"])).await? {
+            Reply::Array(keys) => keys
+                .iter()
+                .filter_map(|k| k.as_str().map(str::to_owned))
+                .collect(),
+            other => return Err(format!("GETKEYSINSLOT: {other:?}")),
+        };
+    if !keys.iter().any(|k| k == lease_key) {
+        return Err(format!(
+            "the lease key is not among the slot's keys {keys:?}"
+        ));
+    }
+    let port = node(to).port().to_string();
+    let mut migrate = strings(&["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "KEYS"]);
+    migrate.extend(keys.iter().cloned());
+    cmd(from, migrate).await?;
+    let mut order: Vec<usize> = vec![to, from];
+    order.extend((0..n).filter(|i| *i != to && *i != from));
+    for i in order {
+        cmd(i, strings(&["CLUSTER", "SETSLOT", &slot, "NODE", &to_id])).await?;
+    }
+    let at = monotonic_now_ns();
+    let owner = cluster.master_of(lease_key).await.map_err(err)?;
+    if owner != to {
+        return Err(format!(
+            "slot {slot} is node {owner}'s after the move, not {to}'s"
+        ));
+    }
+    fleet.set_master(to);
+    Ok(Moved {
+        at,
+        detail: format!(
+            "slot {slot}, {} keys ({}), node {from} to node {to} in {:.1} ms",
+            keys.len(),
+            keys.join(" "),
+            ns_to_ms(at - started)
+        ),
+    })
+}
+
+/// The primary's replication id (`master_replid`).
+async fn replid(fleet: &Fleet) -> Result<String, String> {
+    fleet
+        .redis()
+        .info_field("replication", "master_replid")
+        .await
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| "no master_replid in INFO".to_owned())
+}
+
+/// Waits until the primary's replication id is no longer `from` (Redis
+/// sends no notice for it: polled, bounded); returns the new one and when
+/// it was seen.
+async fn replid_changes(fleet: &Fleet, from: &str, what: &str) -> Result<(String, u64), String> {
+    let deadline = monotonic_now_ns() + PATIENCE.as_nanos() as u64;
+    loop {
+        let now = replid(fleet).await?;
+        if now != from {
+            return Ok((now, monotonic_now_ns()));
+        }
+        if monotonic_now_ns() > deadline {
+            return Err(format!(
+                "the replication id did not change within {PATIENCE:?} after {what}"
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// [`Fault::ReplicaAttachDetach`]: start a replica process of the fleet's
+/// server, wait until the primary's replication id changed (its first
+/// replica: a new backlog, a new id), let the leader in `leader` renew
+/// three times across it, set `repl-backlog-ttl` to 1 s, kill the replica,
+/// wait until the primary freed its backlog (a new id again), and let the
+/// leader renew three times across that. Any loss of the leader's lease on
+/// the way is an error. `repl-backlog-ttl` is put back afterwards.
+async fn attach_and_detach_a_replica(fleet: &Fleet, leader: usize) -> Result<String, String> {
+    let err = |e: std::io::Error| e.to_string();
+    let started = monotonic_now_ns();
+    let before = replid(fleet).await?;
+    let port = fleet.redis().port().to_string();
+    let mut replica = leader_testkit::RedisServer::builder()
+        .args(["--replicaof", "127.0.0.1", &port])
+        .start()
+        .await
+        .map_err(|e| format!("the replica does not start: {e}"))?;
+    let (attached, attached_at) = replid_changes(fleet, &before, "the replica attached").await?;
+    let second = fleet
+        .redis()
+        .info_field("replication", "master_replid2")
+        .await
+        .map_err(err)?;
+    keeps_leading(fleet, leader, attached_at, 3)
+        .await
+        .map_err(|e| format!("after the replica attached: {e}"))?;
+    let backlog_ttl = match fleet
+        .redis()
+        .cmd(&["CONFIG", "GET", "repl-backlog-ttl"])
+        .await
+        .map_err(err)?
+    {
+        Reply::Array(v) if v.len() == 2 => v[1].as_str().unwrap_or("3600").to_owned(),
+        other => return Err(format!("CONFIG GET repl-backlog-ttl: {other:?}")),
+    };
+    let set_ttl = |v: String| async move {
+        fleet
+            .redis()
+            .cmd(&["CONFIG", "SET", "repl-backlog-ttl", &v])
+            .await
+            .map_err(err)?
+            .ok()
+            .map_err(err)
+            .map(drop)
+    };
+    set_ttl("1".to_owned()).await?;
+    let killed_at = monotonic_now_ns();
+    replica.kill().await.map_err(err)?;
+    drop(replica);
+    let freed = replid_changes(fleet, &attached, "the replica was killed").await;
+    set_ttl(backlog_ttl).await?;
+    let (_, freed_at) = freed?;
+    keeps_leading(fleet, leader, freed_at, 3)
+        .await
+        .map_err(|e| format!("after the backlog was freed: {e}"))?;
+    Ok(format!(
+        "replication id changed {:.0} ms after the replica started (master_replid2 {second:?}), \
+         again {:.0} ms after it was killed; {:.0} ms in all",
+        ns_to_ms(attached_at - started),
+        ns_to_ms(freed_at - killed_at),
+        ns_to_ms(monotonic_now_ns() - started)
+    ))
 }
 
 /// What [`promote_lagging_replica`] did.

@@ -5,12 +5,17 @@ use std::fmt::Write as _;
 use std::io;
 use std::time::Duration;
 
-use leader_testkit::{monotonic_now_ns, ChildProcess, FaultProxy, RedisSentinel, RedisServer};
+use leader_testkit::{
+    monotonic_now_ns, ChildProcess, FaultProxy, RedisCluster, RedisSentinel, RedisServer,
+};
 use tokio::process::Command;
 use tokio::task::JoinSet;
 
 use super::checker::{parse_line, History, Line, ProcessLog};
 use super::store::FencedStore;
+
+/// The lease key of the fleet's group (`chaos`).
+const LEASE_KEY: &str = "leader:{chaos}:lease";
 
 /// The instance binary of this package.
 pub const INSTANCE_BIN: &str = env!("CARGO_BIN_EXE_leader-instance");
@@ -32,6 +37,9 @@ pub struct FleetConfig {
     /// Elect on a Sentinel deployment (a primary, a replica, three
     /// sentinels) instead of one server; not with `proxied`.
     pub sentinel: bool,
+    /// Elect on a 3-master Redis Cluster (`LEADER_REDIS_CLUSTER_URLS`);
+    /// not with `proxied` (the cluster names its nodes' own addresses).
+    pub cluster: bool,
     /// Balanced leadership (`LEADER_BALANCE=1` in the test's environment,
     /// which the instances inherit): the settled leader is the live
     /// instance first by name, and a leader that comes back from a fault
@@ -66,6 +74,7 @@ impl FleetConfig {
             proxied: false,
             store: false,
             sentinel: false,
+            cluster: false,
             balanced: std::env::var("LEADER_BALANCE").as_deref() == Ok("1"),
             env: Vec::new(),
         }
@@ -80,6 +89,13 @@ impl FleetConfig {
     /// the sentinels (`LEADER_REDIS_SENTINEL_*`), with no proxy.
     pub fn sentinel(mut self) -> Self {
         self.sentinel = true;
+        self
+    }
+
+    /// Elect on a 3-master Redis Cluster: instances get every node's URL
+    /// (`LEADER_REDIS_CLUSTER_URLS`), with no proxy.
+    pub fn cluster(mut self) -> Self {
+        self.cluster = true;
         self
     }
 
@@ -177,6 +193,11 @@ pub enum Backend {
         deployment: Box<RedisSentinel>,
         master: usize,
     },
+    /// A Redis Cluster, and which of its nodes serves the group's slot.
+    Cluster {
+        cluster: Box<RedisCluster>,
+        master: usize,
+    },
 }
 
 pub struct Fleet {
@@ -217,6 +238,22 @@ impl Fleet {
                 cfg,
                 Backend::Sentinel {
                     deployment: Box::new(deployment),
+                    master,
+                },
+            )
+            .await;
+        }
+        if cfg.cluster {
+            assert!(!cfg.proxied, "a cluster fleet has no proxies");
+            let cluster = RedisCluster::start().await.expect("the cluster starts");
+            let master = cluster
+                .master_of(LEASE_KEY)
+                .await
+                .expect("a node serves the group's slot");
+            return Self::start_with(
+                cfg,
+                Backend::Cluster {
+                    cluster: Box::new(cluster),
                     master,
                 },
             )
@@ -267,6 +304,7 @@ impl Fleet {
         match &self.backend {
             Backend::Standalone(redis) => redis,
             Backend::Sentinel { deployment, master } => deployment.node(*master),
+            Backend::Cluster { cluster, master } => cluster.node(*master),
         }
     }
 
@@ -275,14 +313,24 @@ impl Fleet {
         match &mut self.backend {
             Backend::Standalone(redis) => redis,
             Backend::Sentinel { deployment, master } => deployment.node_mut(*master),
+            Backend::Cluster { cluster, master } => cluster.node_mut(*master),
         }
     }
 
     /// The Sentinel deployment and its master node, if the fleet has one.
     pub fn sentinel(&self) -> Option<(&RedisSentinel, usize)> {
         match &self.backend {
-            Backend::Standalone(_) => None,
             Backend::Sentinel { deployment, master } => Some((deployment, *master)),
+            _ => None,
+        }
+    }
+
+    /// The Redis Cluster and the node that serves the group's slot (as
+    /// last noted), if the fleet has one.
+    pub fn cluster(&self) -> Option<(&RedisCluster, usize)> {
+        match &self.backend {
+            Backend::Cluster { cluster, master } => Some((cluster, *master)),
+            _ => None,
         }
     }
 
@@ -294,20 +342,22 @@ impl Fleet {
     pub fn sentinel_node_mut(&mut self, i: usize) -> &mut RedisServer {
         match &mut self.backend {
             Backend::Sentinel { deployment, .. } => deployment.node_mut(i),
-            Backend::Standalone(_) => panic!("not a Sentinel fleet"),
+            _ => panic!("not a Sentinel fleet"),
         }
     }
 
-    /// Note that the sentinels promoted `node`.
+    /// Note that the sentinels promoted `node`, or that the group's slot
+    /// moved to cluster node `node`.
     pub fn set_master(&mut self, node: usize) {
-        if let Backend::Sentinel { master, .. } = &mut self.backend {
-            *master = node;
+        match &mut self.backend {
+            Backend::Sentinel { master, .. } | Backend::Cluster { master, .. } => *master = node,
+            Backend::Standalone(_) => {}
         }
     }
 
     /// The lease key of the fleet's group.
     pub fn lease_key(&self) -> &'static str {
-        "leader:{chaos}:lease"
+        LEASE_KEY
     }
 
     /// The Redis URL instances of `slot` use.
@@ -325,6 +375,10 @@ impl Fleet {
         let name = format!("i{slot}-{}", self.generation);
         let store = self.store.as_ref().map(|s| s.addr().to_string());
         let mut cmd = instance_command(&self.cfg, &name, &self.url_for(slot), store.as_deref());
+        if let Some((cluster, _)) = self.cluster() {
+            cmd.env_remove("LEADER_REDIS_URL")
+                .env("LEADER_REDIS_CLUSTER_URLS", cluster.urls().join(","));
+        }
         if let Some((deployment, _)) = self.sentinel() {
             cmd.env_remove("LEADER_REDIS_URL")
                 .env("LEADER_REDIS_SENTINEL_MASTER", deployment.master_name())
@@ -682,6 +736,14 @@ impl Fleet {
         if let Some((deployment, master)) = self.sentinel() {
             let _ = writeln!(out, "--- Sentinel deployment (master: node {master}) ---");
             out.push_str(&deployment.report());
+            return out;
+        }
+        if let Some((cluster, master)) = self.cluster() {
+            let _ = writeln!(
+                out,
+                "--- Redis Cluster (the group's slot: node {master}) ---"
+            );
+            out.push_str(&cluster.report());
             return out;
         }
         let log = self.redis().log();
