@@ -797,10 +797,13 @@ impl Runtime {
         group.control.set_predecessor(predecessor.clone());
         groups.insert(name, group.clone());
         let registry = Arc::downgrade(shared);
-        let election = election::run(group.clone(), shared.ctx.clone(), command_rx, predecessor);
+        // The election's future is made inside the task: one made outside
+        // and awaited inside is kept twice in the task (the captured value
+        // and the awaited one), doubling every group's task for its life.
+        let (election_group, ctx) = (group.clone(), shared.ctx.clone());
         shared.tasks.spawn_on(
             async move {
-                election.await;
+                election::run(election_group, ctx, command_rx, predecessor).await;
                 if let Some(shared) = registry.upgrade() {
                     shared.prune_retiring();
                 }

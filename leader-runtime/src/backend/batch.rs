@@ -695,7 +695,9 @@ impl AttemptBatcher {
     ) -> Result<Asked> {
         if !self.batched {
             let asked = Instant::now();
-            let mut answers = self.backend.acquire_many(id, ttl, &[(group, keys)]).await;
+            // Boxed: inline, this call's state would be most of every
+            // batched attempt's future too, which waits for its batch.
+            let mut answers = Box::pin(self.backend.acquire_many(id, ttl, &[(group, keys)])).await;
             return answers
                 .pop()
                 .unwrap_or_else(|| Err(Error::backend(group, "no answer")))
