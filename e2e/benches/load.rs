@@ -23,9 +23,11 @@
 //! times, each timed from spawn to every group led. First on an empty Redis
 //! (no server marker yet: a new epoch, so each view turns true only one ttl
 //! after its acquisition, by design); then `exit` (releasing every lease)
-//! and a restart with the same groups; then `exit` again and, once the
-//! server marker is more than a ttl old (a healthy server the fleet has
-//! used before), a start with as many groups never named before. Then, in
+//! and a restart with the same groups; then `exit` again and, while a
+//! second instance leading one group keeps renewing (the rest of a fleet,
+//! in a rolling deploy) and once the server marker is more than a ttl old
+//! (a healthy server the fleet has used before), a start with as many
+//! groups never named before. Then, in
 //! steady state, CPU (utime + stime of `/proc/self/stat`) and RSS
 //! (`/proc/self/status`) of that last instance over `--secs`, and the renew
 //! script calls per renew tick from `INFO commandstats`.
@@ -346,6 +348,16 @@ async fn many(args: &[String]) {
         ms(t0, elected),
     ));
     stop(child).await;
+    // The rest of the fleet keeps running (a rolling deploy): one instance
+    // leading one group renews, so the server marker is checked at least
+    // once a ttl (a marker no acquire or renew touched for longer than a
+    // ttl may have been put back in place, so new groups would wait).
+    let keeper = InstanceArgs {
+        id: "keeper".to_owned(),
+        groups: vec!["keeper".to_owned()],
+        ..a.clone()
+    };
+    let keeper = start(&keeper, limit).await;
     // New groups on a healthy server: names never used, once the marker
     // (or, before markers, the fleet's first use) is more than a ttl old.
     let aged = ttl.as_secs_f64() + 0.5;
@@ -425,6 +437,7 @@ async fn many(args: &[String]) {
         renewals as f64 / groups as f64
     );
     stop(child).await;
+    stop(keeper).await;
 }
 
 /// Seconds since the server marker's `since` (see `record.lua`), on the
