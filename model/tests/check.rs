@@ -197,6 +197,24 @@ fn each_fix_is_needed() {
     }
 }
 
+/// The reviewer's finding (issue 40, item 2): with 3 requests per client, an instance's late
+/// acquire on an old connection re-creates its own lost lease key under a new token, and a
+/// renewal that does not say which leadership it extends then extends that one.
+#[test]
+fn renew_without_token_fails() {
+    let mut model = small(Protocol::V2_FIXED, only(|f| f.lease_loss = true), 2);
+    // The acquire overtakes an earlier one of the same instance: another connection.
+    model.fifo = false;
+    // The overlap shows at t=2 already.
+    model.max_time = 2;
+    let trace = assert_fails(
+        "v2-fixed, a renewal that does not name its token",
+        model,
+        NO_OVERLAP,
+    );
+    assert!(trace.contains("FAULT: lease key lost"));
+}
+
 /// Outside the fault model: an older state served by the process that wrote it (fail-back
 /// to a demoted primary, `DEBUG RELOAD`) is vouched for, and even v2-fixed overlaps.
 #[test]
