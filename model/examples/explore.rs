@@ -29,6 +29,7 @@ fn main() {
             "reclaim" => f.reclaim_waits_for_floor = false,
             "release" => f.release_keeps_floor = false,
             "renew" => f.renew_needs_vouched_record = false,
+            "renewtoken" => f.renew_names_token = false,
             _ => f.release_names_token = false,
         }
     }

@@ -84,6 +84,14 @@ pub struct Fixes {
     /// connection) deletes the *new* lease, and with it sets `until = now`: the next
     /// acquirer leads at once while this instance still does.
     pub release_names_token: bool,
+    /// A renewal names the leadership it extends: `renew(id, token)` answers -1
+    /// ("superseded") and writes nothing unless `record.token == token` (after the checks
+    /// that the lease is ours and the record vouched for). Without it, an instance's late
+    /// acquire on an old connection re-creates its own lost lease key under a new token (or
+    /// re-claims its lease, replacing its token), and an old renewal extends that newer
+    /// grant: the instance leads past the start of a later holder's view, and its fenced
+    /// writes are refused for the rest of its view.
+    pub renew_names_token: bool,
 }
 
 impl Fixes {
@@ -93,6 +101,7 @@ impl Fixes {
         release_keeps_floor: false,
         renew_needs_vouched_record: false,
         release_names_token: false,
+        renew_names_token: false,
     };
     /// All of them.
     pub const ALL: Fixes = Fixes {
@@ -100,6 +109,7 @@ impl Fixes {
         release_keeps_floor: true,
         renew_needs_vouched_record: true,
         release_names_token: true,
+        renew_names_token: true,
     };
 }
 
@@ -179,7 +189,7 @@ impl LeaseModel {
             ttl: 2,
             margin: 0,
             max_time: 3,
-            max_sends: 2,
+            max_sends: 3,
             max_faults: 2,
             faults: Faults::ISSUE_10,
             fifo: false,
@@ -251,8 +261,8 @@ pub struct Request {
     pub op: Op,
     /// Client (= global) time the request was sent.
     pub sent: u8,
-    /// For a release: the token of the leadership it ends (used with
-    /// [`Fixes::release_names_token`]).
+    /// For a release or a renew: the token of the leadership it ends or extends (used with
+    /// [`Fixes::release_names_token`] and [`Fixes::renew_names_token`]).
     pub token: u64,
 }
 
@@ -480,6 +490,13 @@ impl LeaseModel {
                     match self.protocol {
                         Protocol::V1 => {}
                         Protocol::V2(fixes) => match rec {
+                            Some(r)
+                                if vouched(&r, s.run)
+                                    && fixes.renew_names_token
+                                    && r.token != req.token =>
+                            {
+                                return Some(Answer::Renewed(-1));
+                            }
                             Some(mut r) if vouched(&r, s.run) => {
                                 r.until = r.until.max(now + ttl);
                                 s.data.record = Some(r);
@@ -704,7 +721,13 @@ impl LeaseModel {
     }
 
     fn format_action_text(&self, action: &Action) -> String {
-        let op = |r: &Request| format!("{:?} of c{} (sent t={})", r.op, r.client, r.sent);
+        let op = |r: &Request| {
+            if r.stale {
+                format!("{:?} of c{} (given up)", r.op, r.client)
+            } else {
+                format!("{:?} of c{} (sent t={})", r.op, r.client, r.sent)
+            }
+        };
         match action {
             Action::Tick => "Tick".into(),
             Action::Send(c, o) => format!("c{c} sends {o:?}"),
@@ -805,6 +828,7 @@ impl Model for LeaseModel {
             }
         }
         if (self.faults.restore || self.faults.restore_same_run)
+            && s.faults < self.max_faults
             && s.snapshot.is_none()
             && s.data.record.is_some()
         {
@@ -840,7 +864,7 @@ impl Model for LeaseModel {
                     stale: op == Op::Release,
                     op,
                     sent: now,
-                    token: if op == Op::Release { c.token } else { 0 },
+                    token: if op == Op::Acquire { 0 } else { c.token },
                 };
                 c.sends += 1;
                 if op == Op::Release {
@@ -855,7 +879,9 @@ impl Model for LeaseModel {
                 s.requests.sort();
             }
             Action::Exec(req) => {
-                s.requests.retain(|r| *r != req);
+                // One of them: two requests may be alike (see the normalisation below).
+                let at = s.requests.iter().position(|r| *r == req)?;
+                s.requests.remove(at);
                 if self.fifo {
                     // One connection per client: the requests it sent before this one are
                     // run before it, or lost.
@@ -870,7 +896,8 @@ impl Model for LeaseModel {
                 }
             }
             Action::Deliver(reply) => {
-                s.replies.retain(|r| *r != reply);
+                let at = s.replies.iter().position(|r| *r == reply)?;
+                s.replies.remove(at);
                 self.deliver(&mut s, reply);
             }
             Action::LoseLease => {
@@ -908,6 +935,28 @@ impl Model for LeaseModel {
         // Normalise: an expired lease key is gone (keeps equal states equal).
         if s.data.lease.is_some_and(|l| l.expiry <= s.now) {
             s.data.lease = None;
+        }
+        // Normalise: a snapshot that can no longer be restored is as good as none.
+        if s.faults >= self.max_faults {
+            s.snapshot = None;
+        }
+        // Normalise what no later step reads, so that states alike in everything that matters
+        // are one state: the send time of a request whose reply nobody waits for (only a
+        // reply reads it), and the send order unless requests run in it (FIFO).
+        for r in &mut s.requests {
+            if r.stale {
+                r.sent = 0;
+            }
+            if !self.fifo {
+                r.seq = 0;
+            }
+        }
+        s.requests.sort();
+        if !self.fifo {
+            for r in &mut s.replies {
+                r.req.seq = 0;
+            }
+            s.replies.sort();
         }
         Some(s)
     }

@@ -73,6 +73,30 @@ fn assert_fails(label: &str, model: LeaseModel, property: &'static str) -> Strin
     trace
 }
 
+/// Searches `model` depth-first (client ids up to permutation) for a violation of
+/// `property`, prints it and returns it: far sooner than [`assert_fails`] where the shortest
+/// trace is deep, but the trace found may be longer.
+fn assert_fails_dfs(label: &str, model: LeaseModel, property: &'static str) -> String {
+    let start = Instant::now();
+    let checker = model
+        .checker()
+        .threads(threads())
+        .symmetry_fn(LeaseModel::representative)
+        .finish_when(HasDiscoveries::AnyFailures)
+        .spawn_dfs()
+        .join();
+    let path = checker
+        .discovery(property)
+        .unwrap_or_else(|| panic!("{label}: expected a counterexample to `{property}`"));
+    let trace = checker.model().format_trace(&path);
+    println!(
+        "{label}: counterexample to `{property}` after {} states (depth-first), {:.2?}:\n{trace}",
+        checker.state_count(),
+        start.elapsed()
+    );
+    trace
+}
+
 /// A small configuration with per-client FIFO (one connection each): the traces it finds
 /// are ones a real deployment can produce.
 fn small(protocol: Protocol, faults: Faults, max_faults: u8) -> LeaseModel {
@@ -137,63 +161,97 @@ fn v2_as_written_fails() {
     );
 }
 
-/// label, the fix left out, the faults, how many, FIFO, ttl.
-type Case = (&'static str, fn(&mut Fixes), Faults, u8, bool, u8);
+/// A case of [`each_fix_is_needed`].
+struct Case {
+    label: &'static str,
+    /// Leaves the fix out.
+    unfix: fn(&mut Fixes),
+    faults: Faults,
+    max_faults: u8,
+    fifo: bool,
+    ttl: u8,
+    max_time: u8,
+    /// Depth-first: finds a (longer) trace far sooner where the shortest one is deep.
+    dfs: bool,
+}
 
 /// Each fix is necessary: with all the others, and only the faults it is about, the model
 /// still finds two overlapping views without it.
 #[test]
 fn each_fix_is_needed() {
-    let cases: [Case; 4] = [
-        (
-            "without reclaim_waits_for_floor (lost acquire reply, retry)",
-            |f| f.reclaim_waits_for_floor = false,
-            only(|f| f.lease_loss = true),
-            1,
-            true,
-            2,
-        ),
-        (
-            "without release_keeps_floor (release during the safe start)",
-            |f| f.release_keeps_floor = false,
-            only(|f| f.data_loss = true),
-            1,
-            true,
-            2,
-        ),
-        (
-            "without renew_needs_vouched_record (restore brings our key back)",
-            |f| f.renew_needs_vouched_record = false,
-            only(|f| {
+    let cases = [
+        Case {
+            label: "without reclaim_waits_for_floor (lost acquire reply, retry)",
+            unfix: |f| f.reclaim_waits_for_floor = false,
+            faults: only(|f| f.lease_loss = true),
+            max_faults: 1,
+            fifo: true,
+            ttl: 2,
+            max_time: 3,
+            dfs: false,
+        },
+        Case {
+            label: "without release_keeps_floor (release during the safe start)",
+            unfix: |f| f.release_keeps_floor = false,
+            faults: only(|f| f.data_loss = true),
+            max_faults: 1,
+            fifo: true,
+            ttl: 2,
+            max_time: 3,
+            dfs: false,
+        },
+        Case {
+            label: "without renew_needs_vouched_record (restore brings our key back)",
+            unfix: |f| f.renew_needs_vouched_record = false,
+            faults: only(|f| {
                 f.lease_loss = true;
                 f.restore = true;
             }),
-            2,
-            true,
+            max_faults: 2,
+            fifo: true,
             // The restart takes a tick; the restored lease key must outlive it.
-            3,
-        ),
-        (
-            "without release_names_token (a release overtaken by our next acquire)",
-            |f| f.release_names_token = false,
-            Faults::NONE,
-            0,
-            false,
-            2,
-        ),
+            ttl: 3,
+            max_time: 3,
+            dfs: false,
+        },
+        Case {
+            label: "without release_names_token (a release overtaken by our next acquire)",
+            unfix: |f| f.release_names_token = false,
+            faults: Faults::NONE,
+            max_faults: 0,
+            fifo: false,
+            ttl: 2,
+            max_time: 3,
+            dfs: false,
+        },
+        Case {
+            label: "without renew_names_token (our late acquire re-creates our lost lease)",
+            unfix: |f| f.renew_names_token = false,
+            faults: only(|f| f.lease_loss = true),
+            max_faults: 2,
+            fifo: false,
+            ttl: 2,
+            max_time: 2,
+            dfs: true,
+        },
     ];
-    for (label, unfix, faults, max_faults, fifo, ttl) in cases {
-        if ttl > 2 && !full() {
+    for case in cases {
+        if case.ttl > 2 && !full() {
             // About 2 minutes on 2 cores: only with LEADER_MODEL_FULL=1.
-            println!("{label}: set LEADER_MODEL_FULL=1 to search for it");
+            println!("{}: set LEADER_MODEL_FULL=1 to search for it", case.label);
             continue;
         }
         let mut fixes = Fixes::ALL;
-        unfix(&mut fixes);
-        let mut model = small(Protocol::V2(fixes), faults, max_faults);
-        model.fifo = fifo;
-        model.ttl = ttl;
-        assert_fails(label, model, NO_OVERLAP);
+        (case.unfix)(&mut fixes);
+        let mut model = small(Protocol::V2(fixes), case.faults, case.max_faults);
+        model.fifo = case.fifo;
+        model.ttl = case.ttl;
+        model.max_time = case.max_time;
+        if case.dfs {
+            assert_fails_dfs(case.label, model, NO_OVERLAP);
+        } else {
+            assert_fails(case.label, model, NO_OVERLAP);
+        }
     }
 }
 
@@ -202,7 +260,11 @@ fn each_fix_is_needed() {
 /// renewal that does not say which leadership it extends then extends that one.
 #[test]
 fn renew_without_token_fails() {
-    let mut model = small(Protocol::V2_FIXED, only(|f| f.lease_loss = true), 2);
+    let fixes = Fixes {
+        renew_names_token: false,
+        ..Fixes::ALL
+    };
+    let mut model = small(Protocol::V2(fixes), only(|f| f.lease_loss = true), 2);
     // The acquire overtakes an earlier one of the same instance: another connection.
     model.fifo = false;
     // The overlap shows at t=2 already.
