@@ -1,10 +1,13 @@
 //! Explore one configuration from the command line, e.g.
 //! `cargo run -p leader-model --release --example explore -- v2fixed 2 2 5 3 2`
-//! (protocol, clients, ttl, max_time, max_sends, max_faults).
+//! (protocol, clients, ttl, max_time, max_sends, max_faults). Environment: `DFS=1`, `FIFO=1`,
+//! `WITHOUT=<fix>`, `FAULTS=<list>`, `WRITES=n`, `CLAIMS=n`, `MARKER=1` (see the README).
 
 use std::time::Instant;
 
-use leader_model::{LeaseModel, Protocol, NO_OVERLAP, TOKENS_GROW};
+use leader_model::{
+    LeaseModel, Protocol, NO_OVERLAP, NO_STALE_WRITE, TICK_ONCE, TOKENS_GROW, TOKEN_CURRENT,
+};
 use stateright::{Checker, HasDiscoveries, Model};
 
 fn main() {
@@ -30,6 +33,7 @@ fn main() {
             "release" => f.release_keeps_floor = false,
             "renew" => f.renew_needs_vouched_record = false,
             "renewtoken" => f.renew_names_token = false,
+            "fence" => f.fence_needs_vouched_record = false,
             _ => f.release_names_token = false,
         }
     }
@@ -40,6 +44,16 @@ fn main() {
         f.restore = faults.contains("restore");
         f.restore_same_run = faults.contains("samerun");
         f.crash = faults.contains("crash");
+        f.evict_any = faults.contains("evict");
+        f.flush = faults.contains("flush");
+        f.replid_shift = faults.contains("replid");
+        f.reset_stat = faults.contains("resetstat");
+    }
+    let count = |name: &str| std::env::var(name).map_or(0, |v| v.parse().expect("a number"));
+    model.max_writes = count("WRITES");
+    model.max_claims = count("CLAIMS");
+    if let (Protocol::V2(f), true) = (&mut model.protocol, std::env::var_os("MARKER").is_some()) {
+        f.server_marker = true;
     }
     println!("{model:?}");
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -65,7 +79,13 @@ fn main() {
         checker.max_depth(),
         start.elapsed()
     );
-    for name in [NO_OVERLAP, TOKENS_GROW] {
+    for name in [
+        NO_OVERLAP,
+        TOKENS_GROW,
+        TOKEN_CURRENT,
+        NO_STALE_WRITE,
+        TICK_ONCE,
+    ] {
         match checker.discovery(name) {
             Some(path) => println!(
                 "`{name}` VIOLATED:\n{}",

@@ -23,6 +23,18 @@ use stateright::{Model, Path, Property};
 pub const NO_OVERLAP: &str = "no two views overlap";
 /// Name of the "tokens strictly grow" property.
 pub const TOKENS_GROW: &str = "tokens strictly grow";
+/// Name of the "a leader's token is the record's" property: while the record is there and
+/// vouched for, an active view's token is the record's token, or was superseded less than
+/// a ttl before the view ends (see the README for why no stronger form holds).
+pub const TOKEN_CURRENT: &str = "a leader's token is the record's, or superseded under a ttl ago";
+/// Name of the "no stale write applies" property: no fenced write applies after one with a
+/// greater token applied.
+pub const NO_STALE_WRITE: &str = "no stale fenced write applies";
+/// Name of the "no tick claimed twice" property: the cron tick is claimed by one leadership
+/// (token) at most.
+pub const TICK_ONCE: &str = "no cron tick claimed by two leaderships";
+/// The time of the one cron tick the claims are about.
+pub const CRON_TICK: u8 = 1;
 /// Name of the sanity property "some client's view is active at some point".
 pub const SOME_VIEW: &str = "some view is active (sanity)";
 /// Name of the sanity property "some view begins only after a wait".
@@ -50,7 +62,8 @@ impl Protocol {
     /// `PROTOCOL-v2.md` with every fix of [`Fixes`].
     pub const V2_FIXED: Protocol = Protocol::V2(Fixes::ALL);
 
-    fn fixes(self) -> Fixes {
+    /// The fixes this protocol has.
+    pub fn fixes(self) -> Fixes {
         match self {
             Protocol::V1 => Fixes::NONE,
             Protocol::V2(f) => f,
@@ -92,6 +105,16 @@ pub struct Fixes {
     /// grant: the instance leads past the start of a later holder's view, and its fenced
     /// writes are refused for the rest of its view.
     pub renew_names_token: bool,
+    /// A fenced write applies only while the record is vouched for (`record.run` is this
+    /// server's): after a restore or failover the record's token is an older one, and a
+    /// write from a leader succeeded before the copy was taken would pass the high-water
+    /// mark (issue 40, item 3).
+    pub fence_needs_vouched_record: bool,
+    /// The server marker of issue 40, item 10 (a design, not in the scripts yet): a key
+    /// `M = {run_id, replid, epoch, since, evicted}` checked at the start of every script;
+    /// records are vouched for by the epoch, and a group with no record waits only
+    /// `max(0, M.since + ttl - now)`. See [`Marker`].
+    pub server_marker: bool,
 }
 
 impl Fixes {
@@ -102,14 +125,18 @@ impl Fixes {
         renew_needs_vouched_record: false,
         release_names_token: false,
         renew_names_token: false,
+        fence_needs_vouched_record: false,
+        server_marker: false,
     };
-    /// All of them.
+    /// All of them but the [`Fixes::server_marker`] design (checked on its own).
     pub const ALL: Fixes = Fixes {
         reclaim_waits_for_floor: true,
         release_keeps_floor: true,
         renew_needs_vouched_record: true,
         release_names_token: true,
         renew_names_token: true,
+        fence_needs_vouched_record: true,
+        server_marker: false,
     };
 }
 
@@ -133,16 +160,43 @@ pub struct Faults {
     /// A client process dies (its view ends, its requests stay in flight) and starts again
     /// with the same instance id.
     pub crash: bool,
+    /// `allkeys-*` eviction of the record or of the server marker (each bumps the server's
+    /// `evicted_keys`; the lease key's eviction bumps it too under the marker design).
+    pub evict_any: bool,
+    /// `FLUSHALL` by the same process: all data gone, `run_id` and `replid` unchanged.
+    pub flush: bool,
+    /// A replica attaches to a master with no backlog, or the backlog is freed after the
+    /// last replica left: a new `master_replid`, `master_replid2` zero, the same data.
+    pub replid_shift: bool,
+    /// `CONFIG RESETSTAT`: the `evicted_keys` counter goes back to 0.
+    pub reset_stat: bool,
 }
 
 impl Faults {
-    /// Every fault of issue 10 (all but [`Faults::restore_same_run`]).
+    /// Every fault of issue 10 (lease-key loss, data loss, restore, client crash).
     pub const ISSUE_10: Faults = Faults {
         lease_loss: true,
         data_loss: true,
         restore: true,
         restore_same_run: false,
         crash: true,
+        evict_any: false,
+        flush: false,
+        replid_shift: false,
+        reset_stat: false,
+    };
+    /// Every fault the server-marker design is checked against: issue 10's, the fail-back
+    /// ([`Faults::restore_same_run`], with a new `replid`), and the four above.
+    pub const MARKER: Faults = Faults {
+        lease_loss: true,
+        data_loss: true,
+        restore: true,
+        restore_same_run: true,
+        crash: false,
+        evict_any: true,
+        flush: true,
+        replid_shift: true,
+        reset_stat: true,
     };
     /// No fault at all.
     pub const NONE: Faults = Faults {
@@ -151,6 +205,10 @@ impl Faults {
         restore: false,
         restore_same_run: false,
         crash: false,
+        evict_any: false,
+        flush: false,
+        replid_shift: false,
+        reset_stat: false,
     };
 }
 
@@ -173,6 +231,10 @@ pub struct LeaseModel {
     pub max_faults: u8,
     /// Which faults are enabled.
     pub faults: Faults,
+    /// Fenced writes the clients may send in a whole run (all clients together).
+    pub max_writes: u8,
+    /// Cron claims (of [`CRON_TICK`]) the clients may send in a whole run (all together).
+    pub max_claims: u8,
     /// The server runs each client's requests in the order sent (one connection per client;
     /// a request not run before a later one is lost). `false` lets any request overtake any
     /// other, as across a reconnect while the old connection still has requests queued.
@@ -192,6 +254,8 @@ impl LeaseModel {
             max_sends: 3,
             max_faults: 2,
             faults: Faults::ISSUE_10,
+            max_writes: 0,
+            max_claims: 0,
             fifo: false,
         }
     }
@@ -225,6 +289,39 @@ pub struct Record {
     pub run: u8,
     /// Server time before which the current holder's view may not begin (with [`Fixes`] only).
     pub floor: u8,
+    /// The cron job claimed under this record (`claim.lua` sets a field named after the job
+    /// key): a record without it was created since the job's last claim.
+    pub job_mark: bool,
+}
+
+/// The cron job's key (`claim.lua`), reduced to the one tick [`CRON_TICK`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Job {
+    /// `last >= CRON_TICK`: the tick was decided (claimed, or recorded as not run).
+    pub decided: bool,
+    /// The token of the tick's claim (0: none).
+    pub claim: u64,
+    /// Server time from which this process has every decision (`since`).
+    pub since: u8,
+    /// The token that may still claim ticks before `since` (0: none).
+    pub since_token: u64,
+    /// Which server (run, or epoch under the marker design) set `since`.
+    pub run: u8,
+}
+
+/// The server marker of [`Fixes::server_marker`] (a key, lost and restored with the data).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Marker {
+    /// The `run_id` it was written under.
+    pub run: u8,
+    /// The `master_replid` it was last checked under.
+    pub replid: u8,
+    /// The data history records are vouched for by (`run_id/replid` when it was written).
+    pub epoch: u8,
+    /// Since when no key (record) may have gone missing unnoticed.
+    pub since: u8,
+    /// The server's `evicted_keys` when last checked.
+    pub evicted: u8,
 }
 
 /// The server's data (what a snapshot holds).
@@ -234,6 +331,10 @@ pub struct Data {
     pub lease: Option<Lease>,
     /// The record key.
     pub record: Option<Record>,
+    /// The cron job's key.
+    pub job: Option<Job>,
+    /// The server marker ([`Fixes::server_marker`]).
+    pub marker: Option<Marker>,
 }
 
 /// A script call.
@@ -243,8 +344,19 @@ pub enum Op {
     Acquire,
     /// renew(id, ttl)
     Renew,
-    /// release(id)
+    /// release(id, token)
     Release,
+    /// A fenced write (`fence.lua`) with the leader's token.
+    Write,
+    /// A cron claim (`claim.lua`) of [`CRON_TICK`] with the leader's token.
+    Claim,
+}
+
+impl Op {
+    /// A fenced write or a claim: sent by a leader's body, not by the election.
+    fn is_body(self) -> bool {
+        matches!(self, Op::Write | Op::Claim)
+    }
 }
 
 /// A request in flight: sent by `client` at `sent`, executed later or never.
@@ -261,7 +373,10 @@ pub struct Request {
     pub op: Op,
     /// Client (= global) time the request was sent.
     pub sent: u8,
-    /// For a release or a renew: the token of the leadership it ends or extends (used with
+    /// For a claim: the floor (`ARGV[7]`, the claimer's view start); `sent` is the restore
+    /// floor (`ARGV[8]`, the claimer's clock).
+    pub floor: u8,
+    /// For a release, renew, write or claim: the token of the leadership it ends or extends (used with
     /// [`Fixes::release_names_token`] and [`Fixes::renew_names_token`]).
     pub token: u64,
 }
@@ -352,6 +467,25 @@ pub struct State {
     pub token_regressed: bool,
     /// Ghost: some view began after a nonzero wait (for the sanity property).
     pub waited: bool,
+    /// The server's `master_replid`.
+    pub replid: u8,
+    /// Whether the server's `master_replid2` is all zeros (no promotion since).
+    pub replid2_zero: bool,
+    /// The server's `evicted_keys` counter.
+    pub evicted: u8,
+    /// Fenced writes sent so far (all clients).
+    pub writes: u8,
+    /// Cron claims sent so far (all clients).
+    pub claims: u8,
+    /// Ghost: the greatest token of a fenced write applied to the resource (the resource is
+    /// outside the server's faults: what was applied stays applied).
+    pub applied_max: u64,
+    /// Ghost: a fenced write applied after one with a greater token.
+    pub stale_write: bool,
+    /// Ghost: the token that claimed [`CRON_TICK`] (0: none yet).
+    pub tick_token: u64,
+    /// Ghost: a second leadership claimed it.
+    pub tick_twice: bool,
 }
 
 /// A step of the model.
@@ -377,6 +511,16 @@ pub enum Action {
     RestoreSameRun,
     /// A client crashes and restarts with the same id.
     Crash(u8),
+    /// The record is evicted (`allkeys-*`): `evicted_keys` + 1.
+    EvictRecord,
+    /// The server marker is evicted (`allkeys-*`): `evicted_keys` + 1.
+    EvictMarker,
+    /// `FLUSHALL`: all data gone, same process.
+    Flush,
+    /// A new `master_replid` with `master_replid2` zero (replica attach / backlog freed).
+    ReplidShift,
+    /// `CONFIG RESETSTAT`: `evicted_keys` back to 0.
+    ResetStat,
 }
 
 impl State {
@@ -420,7 +564,16 @@ impl LeaseModel {
         let ttl = self.ttl;
         let id = req.client;
         let lease = self.lease_at(&s.data, now);
-        let vouched = |r: &Record, run: u8| r.run == run;
+        let fixes = self.protocol.fixes();
+        // What a record must carry in `run` to be vouched for, and (marker design) since when
+        // no record may have gone missing unnoticed.
+        let (epoch, since) = if fixes.server_marker {
+            let m = self.check_marker(s);
+            (m.epoch, Some(m.since))
+        } else {
+            (s.run, None)
+        };
+        let vouched = |r: &Record, epoch: u8| r.run == epoch;
         match req.op {
             Op::Acquire => {
                 if let Some(l) = lease {
@@ -441,14 +594,19 @@ impl LeaseModel {
                                 until: 0,
                                 run: 0,
                                 floor: 0,
+                                job_mark: rec.is_some_and(|r| r.job_mark),
                             },
                         )
                     }
                     Protocol::V2(fixes) => {
-                        let vouched_rec = rec.filter(|r| vouched(r, s.run));
+                        let vouched_rec = rec.filter(|r| vouched(r, epoch));
                         let (wait, floor) = match vouched_rec {
-                            // first election, or data loss
-                            None if rec.is_none() => (ttl, now + ttl),
+                            // first election, or data loss; with the marker, only what is
+                            // left of a ttl since a record may have gone missing
+                            None if rec.is_none() => {
+                                let wait = since.map_or(ttl, |t| (t + ttl).saturating_sub(now));
+                                (wait, now + wait)
+                            }
                             // restart from disk, failover, restore
                             None => (ttl, now + ttl),
                             // re-claim of our own lease
@@ -471,8 +629,10 @@ impl LeaseModel {
                             Record {
                                 token,
                                 until,
-                                run: s.run,
+                                run: epoch,
                                 floor,
+                                // HSET leaves the record's other fields (the job's mark).
+                                job_mark: rec.is_some_and(|r| r.job_mark),
                             },
                         )
                     }
@@ -491,13 +651,13 @@ impl LeaseModel {
                         Protocol::V1 => {}
                         Protocol::V2(fixes) => match rec {
                             Some(r)
-                                if vouched(&r, s.run)
+                                if vouched(&r, epoch)
                                     && fixes.renew_names_token
                                     && r.token != req.token =>
                             {
                                 return Some(Answer::Renewed(-1));
                             }
-                            Some(mut r) if vouched(&r, s.run) => {
+                            Some(mut r) if vouched(&r, epoch) => {
                                 r.until = r.until.max(now + ttl);
                                 s.data.record = Some(r);
                             }
@@ -506,7 +666,7 @@ impl LeaseModel {
                             }
                             Some(mut r) => {
                                 r.until = now + ttl;
-                                r.run = s.run;
+                                r.run = epoch;
                                 s.data.record = Some(r);
                             }
                             None => {}
@@ -528,7 +688,7 @@ impl LeaseModel {
                 if ours {
                     s.data.lease = None;
                     if let Some(mut r) = s.data.record {
-                        if vouched(&r, s.run) {
+                        if vouched(&r, epoch) {
                             match self.protocol {
                                 Protocol::V1 => {}
                                 Protocol::V2(fixes) if fixes.release_keeps_floor => {
@@ -542,7 +702,138 @@ impl LeaseModel {
                 }
                 None
             }
+            Op::Write => {
+                // fence.lua: the record's token is the high-water mark.
+                let applies = match s.data.record {
+                    // no record: no token can be vouched for
+                    None => false,
+                    Some(r) if fixes.fence_needs_vouched_record && !vouched(&r, epoch) => false,
+                    Some(r) if req.token < r.token => false,
+                    Some(mut r) => {
+                        // A token above the mark raises it (the next election issues more).
+                        r.token = req.token;
+                        s.data.record = Some(r);
+                        true
+                    }
+                };
+                if applies {
+                    if req.token < s.applied_max {
+                        s.stale_write = true;
+                    }
+                    s.applied_max = s.applied_max.max(req.token);
+                }
+                None
+            }
+            Op::Claim => {
+                self.claim(s, req, epoch);
+                None
+            }
         }
+    }
+
+    /// `claim.lua` for the one tick [`CRON_TICK`], in mode 'run'.
+    fn claim(&self, s: &mut State, req: Request, epoch: u8) {
+        let ours = self
+            .lease_at(&s.data, s.now)
+            .is_some_and(|l| l.holder == req.client);
+        let Some(mut rec) = s.data.record.filter(|r| ours && r.token == req.token) else {
+            return; // 'lost'
+        };
+        let mut job = s.data.job.unwrap_or(Job {
+            decided: false,
+            claim: 0,
+            since: 0,
+            since_token: 0,
+            run: 0,
+        });
+        if !rec.job_mark {
+            // The record was (re)created since the job's last claim: decisions before the
+            // claimer's floor may be lost with it.
+            job.since = req.floor;
+            job.since_token = 0;
+            job.run = epoch;
+            rec.job_mark = true;
+            s.data.record = Some(rec);
+        } else if job.run != epoch {
+            // Restored or promoted (or gone on its own while the record is marked): decisions
+            // after it was saved may be lost; only the saved claim's leader may look back.
+            job.since = req.sent;
+            job.since_token = if s.data.job.is_some() { job.claim } else { 0 };
+            job.run = epoch;
+        }
+        let tick = CRON_TICK;
+        if job.decided {
+            // 'ours' (a retry) or 'taken'
+        } else if tick < job.since && req.token != job.since_token {
+            job.decided = true; // 'refused', recorded as missed
+        } else {
+            job.decided = true;
+            job.claim = req.token;
+            // 'claimed': the claimer runs the tick if it still leads under that token (its
+            // reply taken as instant, the most runs); a claim it gave up on is never run.
+            let c = s.clients[usize::from(req.client)];
+            if c.active(s.now) && c.token == req.token {
+                if s.tick_token != 0 && s.tick_token != req.token {
+                    s.tick_twice = true;
+                }
+                s.tick_token = req.token;
+            }
+        }
+        s.data.job = Some(job);
+    }
+
+    /// The epoch a new marker would get on this server: `run_id/replid`.
+    fn epoch_of(&self, s: &State) -> u8 {
+        if self.protocol.fixes().server_marker {
+            s.run * 16 + s.replid
+        } else {
+            s.run
+        }
+    }
+
+    /// What a record's `run` must be for the next script to vouch for it.
+    pub fn current_epoch(&self, s: &State) -> u8 {
+        match s.data.marker {
+            Some(m)
+                if self.protocol.fixes().server_marker
+                    && m.run == s.run
+                    && (m.replid == s.replid || s.replid2_zero) =>
+            {
+                m.epoch
+            }
+            _ => self.epoch_of(s),
+        }
+    }
+
+    /// The server-marker design: validate `M` against the server's identity at a script's
+    /// start (writing it when it changes), and return it.
+    fn check_marker(&self, s: &mut State) -> Marker {
+        let now = s.now;
+        let epoch = self.epoch_of(s);
+        let fresh = Marker {
+            run: s.run,
+            replid: s.replid,
+            epoch,
+            since: now,
+            evicted: s.evicted,
+        };
+        let m = match s.data.marker {
+            // absent, another process, or a promotion (a new data history): a new epoch
+            None => fresh,
+            Some(m) if m.run != s.run || (m.replid != s.replid && !s.replid2_zero) => fresh,
+            Some(mut m) => {
+                // a replica attached or the backlog was freed: the same data
+                m.replid = s.replid;
+                if m.evicted != s.evicted {
+                    // a key (maybe a record) may have been evicted
+                    m.since = now;
+                    m.evicted = s.evicted;
+                }
+                m
+            }
+        };
+        s.data.marker = Some(m);
+        m
     }
 
     fn deliver(&self, s: &mut State, reply: Reply) {
@@ -584,6 +875,18 @@ impl LeaseModel {
                 c.view = None;
                 c.token = 0;
             }
+        }
+    }
+
+    /// A new server process (marker design): a new replid (replid2 zero after a restart
+    /// from disk or empty, not after a failover: either way the run_id is new), and its
+    /// `evicted_keys` counts from 0.
+    fn new_process(&self, s: &mut State, empty_restart: bool) {
+        if self.protocol.fixes().server_marker {
+            s.replid = s.next_run;
+            s.next_run += 1;
+            s.replid2_zero = empty_restart;
+            s.evicted = 0;
         }
     }
 
@@ -678,9 +981,41 @@ impl LeaseModel {
                 if self.protocol.fixes() != Fixes::NONE {
                     let _ = write!(out, ", floor {}", r.floor);
                 }
+                if r.job_mark {
+                    out.push_str(", job mark");
+                }
                 out.push('}');
             }
             None => out.push_str(" record=-"),
+        }
+        if self.protocol.fixes().server_marker {
+            let _ = write!(
+                out,
+                " replid={}{} evicted={}",
+                s.replid,
+                if s.replid2_zero { "" } else { " (replid2 set)" },
+                s.evicted
+            );
+            match s.data.marker {
+                Some(m) => {
+                    let _ = write!(
+                        out,
+                        " M={{run {}, replid {}, epoch {}, since {}, evicted {}}}",
+                        m.run, m.replid, m.epoch, m.since, m.evicted
+                    );
+                }
+                None => out.push_str(" M=-"),
+            }
+        }
+        if let Some(j) = s.data.job {
+            let _ = write!(
+                out,
+                " job={{decided {}, claim {}, since {}, since_token {}, run {}}}",
+                j.decided, j.claim, j.since, j.since_token, j.run
+            );
+        }
+        if s.applied_max != 0 {
+            let _ = write!(out, " applied={}", s.applied_max);
         }
         for (i, c) in s.clients.iter().enumerate() {
             let _ = write!(out, " | c{i}:");
@@ -695,6 +1030,9 @@ impl LeaseModel {
                     );
                 }
                 None => out.push_str(" no view"),
+            }
+            if c.token != 0 {
+                let _ = write!(out, " token {}", c.token);
             }
         }
         if !s.requests.is_empty() {
@@ -722,7 +1060,9 @@ impl LeaseModel {
 
     fn format_action_text(&self, action: &Action) -> String {
         let op = |r: &Request| {
-            if r.stale {
+            if r.op.is_body() {
+                format!("{:?} of c{} (token {})", r.op, r.client, r.token)
+            } else if r.stale {
                 format!("{:?} of c{} (given up)", r.op, r.client)
             } else {
                 format!("{:?} of c{} (sent t={})", r.op, r.client, r.sent)
@@ -743,6 +1083,13 @@ impl LeaseModel {
                 "FAULT: snapshot served by the process that wrote it (fail-back, DEBUG RELOAD)".into()
             }
             Action::Crash(c) => format!("FAULT: c{c} crashes and restarts"),
+            Action::EvictRecord => "FAULT: record evicted (evicted_keys + 1)".into(),
+            Action::EvictMarker => "FAULT: server marker evicted (evicted_keys + 1)".into(),
+            Action::Flush => "FAULT: FLUSHALL (same process)".into(),
+            Action::ReplidShift => {
+                "FAULT: new master_replid, replid2 zero (replica attach / backlog freed)".into()
+            }
+            Action::ResetStat => "FAULT: CONFIG RESETSTAT (evicted_keys = 0)".into(),
         }
     }
 }
@@ -766,22 +1113,53 @@ impl Model for LeaseModel {
             max_token: 0,
             token_regressed: false,
             waited: false,
+            replid: 0,
+            replid2_zero: true,
+            evicted: 0,
+            writes: 0,
+            claims: 0,
+            applied_max: 0,
+            stale_write: false,
+            tick_token: 0,
+            tick_twice: false,
         };
+        let marker = self.protocol.fixes().server_marker;
+        // The server has run long, and checked its marker long ago.
+        let old_marker = marker.then_some(Marker {
+            run: 1,
+            replid: 0,
+            epoch: self.epoch_of(&empty),
+            since: 0,
+            evicted: 0,
+        });
         // A group that had leaders long ago: its record is there, its lease long expired.
         let used = State {
             data: Data {
-                lease: None,
                 record: Some(Record {
                     token: 1,
                     until: 0,
-                    run: 1,
+                    run: self.epoch_of(&empty),
                     floor: 0,
+                    job_mark: false,
                 }),
+                marker: old_marker,
+                ..Data::default()
             },
             max_token: 1,
             ..empty.clone()
         };
-        vec![empty, used]
+        let mut states = vec![empty.clone(), used];
+        if marker {
+            // A group never led, on a server that has run long: it may lead at once.
+            states.push(State {
+                data: Data {
+                    marker: old_marker,
+                    ..Data::default()
+                },
+                ..empty
+            });
+        }
+        states
     }
 
     fn actions(&self, s: &State, actions: &mut Vec<Action>) {
@@ -796,6 +1174,15 @@ impl Model for LeaseModel {
                     actions.push(Action::Send(i, Op::Release));
                 } else {
                     actions.push(Action::Send(i, Op::Acquire));
+                }
+            }
+            // Fenced writes and claims come from a body running while `is_leader()`.
+            if c.active(s.now) {
+                if s.writes < self.max_writes {
+                    actions.push(Action::Send(i, Op::Write));
+                }
+                if s.claims < self.max_claims && s.now >= CRON_TICK {
+                    actions.push(Action::Send(i, Op::Claim));
                 }
             }
         }
@@ -826,6 +1213,23 @@ impl Model for LeaseModel {
                     }
                 }
             }
+            if f.evict_any && s.data.record.is_some() {
+                actions.push(Action::EvictRecord);
+            }
+            if f.evict_any && s.data.marker.is_some() {
+                actions.push(Action::EvictMarker);
+            }
+            if f.flush && s.data != Data::default() {
+                actions.push(Action::Flush);
+            }
+            // A promoted server keeps `master_replid2` for the backlog's ttl (an hour by
+            // default, far beyond a lease ttl): see the README.
+            if f.replid_shift && s.replid2_zero {
+                actions.push(Action::ReplidShift);
+            }
+            if f.reset_stat && s.evicted != 0 {
+                actions.push(Action::ResetStat);
+            }
         }
         if (self.faults.restore || self.faults.restore_same_run)
             && s.faults < self.max_faults
@@ -855,6 +1259,25 @@ impl Model for LeaseModel {
                     }
                 }
             }
+            Action::Send(i, op @ (Op::Write | Op::Claim)) => {
+                // Not a lease request: it neither counts against the client's budget nor
+                // makes it give up on one; nobody waits for its reply.
+                let c = s.clients[usize::from(i)];
+                s.requests.push(Request {
+                    client: i,
+                    seq: 0,
+                    stale: true,
+                    op,
+                    sent: s.now,
+                    floor: c.view.map_or(0, |v| v.ready),
+                    token: c.token,
+                });
+                if op == Op::Write {
+                    s.writes += 1;
+                } else {
+                    s.claims += 1;
+                }
+            }
             Action::Send(i, op) => {
                 let now = s.now;
                 let c = &mut s.clients[usize::from(i)];
@@ -864,6 +1287,7 @@ impl Model for LeaseModel {
                     stale: op == Op::Release,
                     op,
                     sent: now,
+                    floor: 0,
                     token: if op == Op::Acquire { 0 } else { c.token },
                 };
                 c.sends += 1;
@@ -882,11 +1306,13 @@ impl Model for LeaseModel {
                 // One of them: two requests may be alike (see the normalisation below).
                 let at = s.requests.iter().position(|r| *r == req)?;
                 s.requests.remove(at);
-                if self.fifo {
-                    // One connection per client: the requests it sent before this one are
-                    // run before it, or lost.
-                    s.requests
-                        .retain(|r| r.client != req.client || r.seq > req.seq);
+                if self.fifo && !req.op.is_body() {
+                    // One connection per client: the lease requests it sent before this one
+                    // are run before it, or lost (a body's writes and claims are not ordered
+                    // with them).
+                    s.requests.retain(|r| {
+                        r.client != req.client || r.seq > req.seq || r.op.is_body()
+                    });
                 }
                 if let Some(answer) = self.exec(&mut s, req) {
                     if !req.stale {
@@ -908,6 +1334,7 @@ impl Model for LeaseModel {
                 let run = s.next_run;
                 s.next_run += 1;
                 self.restart(&mut s, Data::default(), run);
+                self.new_process(&mut s, true);
             }
             Action::TakeSnapshot => {
                 s.snapshot = Some((s.data, s.run));
@@ -917,10 +1344,43 @@ impl Model for LeaseModel {
                 let run = s.next_run;
                 s.next_run += 1;
                 self.restart(&mut s, data, run);
+                self.new_process(&mut s, false);
             }
             Action::RestoreSameRun => {
                 let (data, run) = s.snapshot?;
                 self.restart(&mut s, data, run);
+                if self.protocol.fixes().server_marker {
+                    // A fail-back: the old primary, resynced from a lagging replica, is
+                    // promoted again: a new replid, the old one in replid2.
+                    s.replid = s.next_run;
+                    s.next_run += 1;
+                    s.replid2_zero = false;
+                }
+            }
+            Action::EvictRecord => {
+                s.data.record = None;
+                s.evicted += 1;
+                s.faults += 1;
+            }
+            Action::EvictMarker => {
+                s.data.marker = None;
+                s.evicted += 1;
+                s.faults += 1;
+            }
+            Action::Flush => {
+                // FLUSHALL takes far longer than a microsecond of the token clock, as a
+                // restart does: no script runs until the next tick.
+                let run = s.run;
+                self.restart(&mut s, Data::default(), run);
+            }
+            Action::ReplidShift => {
+                s.replid = s.next_run;
+                s.next_run += 1;
+                s.faults += 1;
+            }
+            Action::ResetStat => {
+                s.evicted = 0;
+                s.faults += 1;
             }
             Action::Crash(i) => {
                 let c = &mut s.clients[usize::from(i)];
@@ -944,7 +1404,7 @@ impl Model for LeaseModel {
         // are one state: the send time of a request whose reply nobody waits for (only a
         // reply reads it), and the send order unless requests run in it (FIFO).
         for r in &mut s.requests {
-            if r.stale {
+            if r.stale && !r.op.is_body() {
                 r.sent = 0;
             }
             if !self.fifo {
@@ -967,6 +1427,23 @@ impl Model for LeaseModel {
                 s.clients.iter().filter(|c| c.active(s.now)).count() <= 1
             }),
             Property::<Self>::always(TOKENS_GROW, |_, s| !s.token_regressed),
+            Property::<Self>::always(TOKEN_CURRENT, |m, s| {
+                let Some(r) = s.data.record.filter(|r| r.run == m.current_epoch(s)) else {
+                    // No record (data loss, eviction), or one this server cannot vouch for
+                    // (restore, failover): the leader's token may be newer.
+                    return true;
+                };
+                // The record's token was issued at r.token / US_PER_TICK (or is a fenced
+                // write's, older still).
+                let issued = u64::from(m.ttl) + r.token / US_PER_TICK;
+                s.clients.iter().all(|c| {
+                    !c.active(s.now)
+                        || c.token == r.token
+                        || c.view.is_some_and(|v| u64::from(v.until) <= issued)
+                })
+            }),
+            Property::<Self>::always(NO_STALE_WRITE, |_, s| !s.stale_write),
+            Property::<Self>::always(TICK_ONCE, |_, s| !s.tick_twice),
             Property::<Self>::sometimes(SOME_VIEW, |_, s| {
                 s.clients.iter().any(|c| c.active(s.now))
             }),
