@@ -54,6 +54,7 @@ fn main() {
     model.max_claims = count("CLAIMS");
     if let (Protocol::V2(f), true) = (&mut model.protocol, std::env::var_os("MARKER").is_some()) {
         f.server_marker = true;
+        f.marker_lists_groups = std::env::var("MARKER").is_ok_and(|v| v == "lists");
     }
     println!("{model:?}");
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
