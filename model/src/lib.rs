@@ -2,18 +2,24 @@
 //!
 //! See `model/README.md` for what is modelled, what is abstracted away, and how to run the
 //! checks. In short: a few client instances, one Redis server (lease key with expiry, the
-//! record `{token, until, run}`, the server's `run_id`), the three scripts as atomic server
-//! steps, requests and replies that are delayed, reordered or lost, client crashes and
-//! pauses, a discrete global clock, and the server faults of issue 10 (lease-key loss,
-//! whole-data loss, restore of an older state / failover to a lagging replica). Two
-//! properties are checked in every reachable state:
+//! record `{token, until, run}`, the server's `run_id`), the lease scripts as atomic server
+//! steps, a leader's fenced writes and cron claims, requests and replies that are delayed,
+//! reordered or lost, client crashes and pauses, a discrete global clock, and the server
+//! faults of issues 10 and 40 (lease-key loss, whole-data loss, restore of an older state /
+//! failover to a lagging replica; for the server-marker design also fail-back, evictions,
+//! `FLUSHALL`, replid changes, `CONFIG RESETSTAT`). Safety properties checked in every
+//! reachable state:
 //!
 //! * [`NO_OVERLAP`]: at no time do two clients' views (`is_leader()` true) overlap;
-//! * [`TOKENS_GROW`]: every token the server issues is strictly greater than every earlier one.
+//! * [`TOKENS_GROW`]: every token the server issues is strictly greater than every earlier one;
+//! * [`TOKEN_CURRENT`]: a leader's token is the record's, or was superseded less than a ttl
+//!   before its view ends;
+//! * [`NO_STALE_WRITE`]: no fenced write applies after one with a greater token;
+//! * [`TICK_ONCE`]: no cron tick is run by two leaderships.
 //!
-//! The protocol is chosen with [`Protocol`]: [`Protocol::V1`] (today's scripts),
+//! The protocol is chosen with [`Protocol`]: [`Protocol::V1`] (the scripts before v2),
 //! [`Protocol::V2_AS_WRITTEN`] (the rule of `PROTOCOL-v2.md`) and [`Protocol::V2_FIXED`]
-//! (that rule with the three holes this model found closed, see [`Fixes`]).
+//! (that rule with the holes this model found closed, see [`Fixes`]).
 
 use std::fmt::Write as _;
 
@@ -53,7 +59,7 @@ pub const US_PER_TICK: u64 = 1000;
 /// Which scripts (and client rule) the model runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Protocol {
-    /// Today's scripts: the record is a token string; a missing record means a wait of one
+    /// The scripts before v2: the record is a token string; a missing record means a wait of one
     /// ttl, measured from when the acquire was *sent*; nothing else waits.
     V1,
     /// The v2 rule of `PROTOCOL-v2.md` (record `{token, until, run}`; wait `ttl` when the
