@@ -425,7 +425,7 @@ fn server_marker_fails_on_resetstat() {
 
 /// With the marker listing the groups that have a record (and not reading the counter),
 /// the same faults do no harm, nor does any one of the others (two with
-/// `LEADER_MODEL_FULL=1`).
+/// `LEADER_MODEL_FULL=1`, which also checks fenced writes and claims under the marker).
 #[test]
 fn server_marker_listing_groups_passes() {
     let model = LeaseModel {
@@ -447,5 +447,17 @@ fn server_marker_listing_groups_passes() {
         faults: Faults::MARKER,
         ..LeaseModel::ci(Protocol::V2_FIXED)
     };
-    assert_passes("server marker listing groups", model);
+    assert_passes("server marker listing groups", model.clone());
+    if full() {
+        // The fenced writes' and claims' rules read `run` too: the epoch, with the marker.
+        for (label, writes, claims) in [("fenced writes", 2, 0), ("cron claims", 0, 2)] {
+            let model = LeaseModel {
+                max_faults: 1,
+                max_writes: writes,
+                max_claims: claims,
+                ..model.clone()
+            };
+            assert_passes(&format!("server marker listing groups, {label}"), model);
+        }
+    }
 }
