@@ -417,7 +417,8 @@ pub enum Answer {
     },
     /// Someone else holds the lease.
     Held,
-    /// Renew: 1 renewed, 0 gone, -1 someone else holds it.
+    /// Renew: 1 renewed, 0 gone (or, with the fixes, not vouched for), -1 someone else holds
+    /// it or (with [`Fixes::renew_names_token`]) our token was superseded.
     Renewed(i8),
 }
 
