@@ -211,8 +211,11 @@ impl Fault {
             | Fault::AofRestore
             | Fault::AofRestoreJoin
             | Fault::ReplicaPromotion
-            | Fault::ReplicaPromotionJoin
-            | Fault::SlotMigration => Some(ttl + renew),
+            | Fault::ReplicaPromotionJoin => Some(ttl + renew),
+            // The bound for a resharding: the new master's safe
+            // start (one ttl from its first script after the move) plus a
+            // loaded cluster's redirections and scheduling.
+            Fault::SlotMigration => Some(ttl + Duration::from_secs(1)),
             Fault::SigtermLeader => Some(Duration::from_millis(100)),
             Fault::RedisRestart
             | Fault::RedisDown
