@@ -67,11 +67,17 @@
 -- The largest token: fits a signed 64-bit column of any store.
 local MAX_TOKEN = '9223372036854775807'
 
--- Server time: unix ms (a Lua number, exact) and unix µs (a decimal string).
+-- Server time: unix ms (a Lua number, exact) and unix µs (a decimal
+-- string), read once per script call: every step of one call (the server
+-- marker's check, each group of a batch) sees the same instant.
+local script_time
 local function server_now()
-  local t = redis.call('TIME')
-  local us = t[1] .. string.format('%06d', tonumber(t[2]))
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), us
+  if not script_time then
+    local t = redis.call('TIME')
+    script_time = {tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000),
+      t[1] .. string.format('%06d', tonumber(t[2]))}
+  end
+  return script_time[1], script_time[2]
 end
 
 -- This server's identity: {run_id, replid, promoted, evicted}. A server
