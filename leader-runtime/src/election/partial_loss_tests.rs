@@ -104,6 +104,14 @@ async fn elected(events: &mut broadcast::Receiver<Event>) {
     };
 }
 
+/// The token of `op`'s acquire on `backend` (panics unless it won).
+async fn won(backend: &crate::backend::Backend, op: &crate::backend::Op<'_>) -> u64 {
+    match backend.acquire(op, TTL).await.unwrap() {
+        crate::backend::Acquire::Won { token, .. } => token,
+        other => panic!("{other:?}"),
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_lost_lease_key_delays_a_newcomer_until_the_last_view_ended() {
     let mem = MemoryBackend::new();
@@ -224,14 +232,10 @@ async fn a_release_of_an_older_leadership_leaves_the_newer_one() {
         keys: &keys,
         id: "a",
     };
-    let token = |won| match won {
-        crate::backend::Acquire::Won { token, .. } => token,
-        other => panic!("{other:?}"),
-    };
-    let first = token(backend.acquire(&op, TTL).await.unwrap());
+    let first = won(&backend, &op).await;
     // A re-claim (say, after the first leadership's renew timed out): a new
     // leadership of the same instance.
-    let second = token(backend.acquire(&op, TTL).await.unwrap());
+    let second = won(&backend, &op).await;
     assert!(second > first);
     // The first leadership's release, delayed on an old connection.
     assert!(!backend.release(&op, "ch", first).await.unwrap());
@@ -258,11 +262,7 @@ async fn a_renewal_of_an_older_leadership_extends_nothing() {
         keys: &keys,
         id: "a",
     };
-    let token = |won| match won {
-        crate::backend::Acquire::Won { token, .. } => token,
-        other => panic!("{other:?}"),
-    };
-    let first = token(backend.acquire(&op, TTL).await.unwrap());
+    let first = won(&backend, &op).await;
     assert_eq!(
         backend.renew(&op, first, TTL).await.unwrap(),
         Renew::Renewed
@@ -270,7 +270,7 @@ async fn a_renewal_of_an_older_leadership_extends_nothing() {
     // The key is evicted, and a's earlier acquire runs late: a new
     // leadership of a, which a's election never heard of.
     mem.lose_lease("leader", G);
-    let second = token(backend.acquire(&op, TTL).await.unwrap());
+    let second = won(&backend, &op).await;
     assert!(second > first);
     assert_eq!(backend.renew(&op, first, TTL).await.unwrap(), Renew::Other);
     assert_eq!(
@@ -329,10 +329,6 @@ async fn no_fenced_write_applies_on_a_restored_record() {
         keys: &keys,
         id,
     };
-    let token = |won| match won {
-        crate::backend::Acquire::Won { token, .. } => token,
-        other => panic!("{other:?}"),
-    };
     let write = |token| Call {
         group: G,
         record: &keys.record,
@@ -342,12 +338,12 @@ async fn no_fenced_write_applies_on_a_restored_record() {
             value: b"x",
         },
     };
-    let first = token(backend.acquire(&op("a"), TTL).await.unwrap());
+    let first = won(&backend, &op("a")).await;
     let snapshot = mem.snapshot();
     assert!(backend.release(&op("a"), "ch", first).await.unwrap());
-    let second = token(backend.acquire(&op("b"), TTL).await.unwrap());
+    let second = won(&backend, &op("b")).await;
     assert!(backend.release(&op("b"), "ch", second).await.unwrap());
-    let third = token(backend.acquire(&op("c"), TTL).await.unwrap());
+    let third = won(&backend, &op("c")).await;
     assert!(matches!(
         backend.fenced(&write(third)).await.unwrap(),
         Outcome::Applied(_)
