@@ -337,7 +337,11 @@ impl ConfigBuilder {
     /// by another server process, or its lease key lost early), or the call
     /// got no reply at all (a timeout, a dropped connection: it may have
     /// been one), the record it wrote may be missing on the replicas, so the
-    /// group's next win waits one `ttl` before leading.
+    /// group's next win waits one `ttl` before leading — a win within one
+    /// `ttl` plus `call_timeout` of that round, while the lease it may have
+    /// written can still be there to re-claim; a later one waits as any
+    /// instance's would. The runtime forgets these marks after that, so a
+    /// process naming many short-lived groups does not accumulate them.
     ///
     /// What it does: a failover that promotes one of those replicas right
     /// after the acquisition keeps the lease, so another instance does not

@@ -126,10 +126,11 @@ async fn replicas_online(primary: &RedisServer, n: usize) {
 #[tokio::test]
 async fn a_paused_reply_does_not_forget_an_unconfirmed_acquisition() {
     let (primary, _replica) = primary_with_replica().await;
-    let ttl = Duration::from_secs(2);
+    // Long enough that b's last lease key outlives the pause below.
+    let ttl = Duration::from_secs(3);
     // Two replicas asked, one there: b's safe-start acquisitions go
-    // unconfirmed (the record they wrote may be lost in a failover). A call
-    // timeout long enough for `WAIT` to answer.
+    // unconfirmed, so b never serves their wait. A call timeout long enough
+    // for `WAIT` to answer.
     let b = Runtime::new(
         Config::builder()
             .redis_url(primary.url())
@@ -148,7 +149,8 @@ async fn a_paused_reply_does_not_forget_an_unconfirmed_acquisition() {
     // (The process's first call may time out instead: it loads the script
     // and waits for the replicas twice.)
     reported(&b, &["two"], "only 1 of min_replicas 2", ttl * 2).await;
-    // Paused (the key alone): the next acquire answers "paused".
+    // Paused (the key alone): the next acquire answers "paused" without
+    // reading the lease.
     primary
         .cmd(&["HSET", "leader:{two}:paused", "by", "test"])
         .await
@@ -158,19 +160,19 @@ async fn a_paused_reply_does_not_forget_an_unconfirmed_acquisition() {
     })
     .await
     .expect("b sees the pause");
-    // A second replica now, and b's last lease expires meanwhile.
+    // A second replica now: b's next acquisition is confirmed.
     let _second = RedisServer::builder()
         .args(["--replicaof", "127.0.0.1", &primary.port().to_string()])
         .start()
         .await
         .unwrap();
     replicas_online(&primary, 2).await;
-    tokio::time::sleep(ttl).await;
-    assert!(primary
-        .cmd(&["GET", "leader:{two}:lease"])
-        .await
-        .unwrap()
-        .is_nil());
+    // The unconfirmed acquisition's lease key is still there, so b's next
+    // acquire re-claims it, which by itself waits for nobody.
+    primary.check(
+        primary.cmd(&["GET", "leader:{two}:lease"]).await.unwrap() == "b",
+        "b's unconfirmed lease expired during the pause: the test needs a longer ttl",
+    );
     primary.cmd(&["DEL", "leader:{two}:paused"]).await.unwrap();
     let resumed = Instant::now();
     timeout(ttl * 4, async {
@@ -178,9 +180,8 @@ async fn a_paused_reply_does_not_forget_an_unconfirmed_acquisition() {
     })
     .await
     .expect("b leads once two replicas acknowledge");
-    // The record of the unconfirmed acquisition may not be on the replicas:
-    // the win still waits one ttl, the "paused" replies in between
-    // notwithstanding.
+    // The safe start b never served still is: the win waits one ttl, the
+    // "paused" replies in between notwithstanding.
     let took = resumed.elapsed();
     assert!(took >= ttl, "led {took:?} after the resume: no safe start");
     b.shutdown().await;

@@ -4,7 +4,6 @@
 //! master for Sentinel: `sentinel.rs`), and a pub/sub connection for
 //! release notices.
 
-use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -26,6 +25,7 @@ use super::{Acquire, Channels, Counts, Member, Notice, NoticeSink, Op, Renew, Sa
 use crate::names::GroupKeys;
 use crate::redact::redact_url;
 use crate::{Error, Result};
+use unconfirmed::UnconfirmedWaits;
 
 #[cfg(test)]
 mod acquire_many_tests;
@@ -38,6 +38,7 @@ mod heir_tests;
 #[cfg(test)]
 mod holding_tests;
 mod once;
+mod unconfirmed;
 
 /// Where and how to reach Redis, as the config builder collected it.
 #[derive(Clone)]
@@ -422,8 +423,9 @@ pub(crate) struct RedisBackend {
     call_timeout: Duration,
     /// Groups whose acquisition had to wait (a safe start) but was not
     /// confirmed by enough replicas: the record it wrote may be lost in a
-    /// failover, so the next win still waits one ttl.
-    unconfirmed_waits: Arc<Mutex<HashSet<String>>>,
+    /// failover, so the next win still waits one ttl. Each mark is dropped
+    /// once it no longer matters (see [`UnconfirmedWaits`]).
+    unconfirmed_waits: Arc<Mutex<UnconfirmedWaits>>,
     /// The heir rule's timings (see `heir.rs`); `None`: off.
     heir: Option<Heir>,
 }
@@ -592,7 +594,7 @@ impl RedisBackend {
             .collect();
         let script = &self.scripts.acquire_many;
         // With `min_replicas`: every group is in doubt until the reply is read.
-        let doubt = (self.min_replicas > 0).then(|| self.in_doubt(groups.iter().map(|g| g.0)));
+        let doubt = (self.min_replicas > 0).then(|| self.in_doubt(groups.iter().map(|g| g.0), ttl));
         let (reply, acks) = if self.min_replicas > 0 {
             match self.invoke_and_wait(script, &keys, id, ttl).await {
                 Ok((reply, acks)) => (Ok(reply), Some(acks)),
@@ -642,7 +644,7 @@ impl RedisBackend {
                     (Some(acks), Ok(acquired)) => self.confirm(group, acquired, acks, ttl),
                     // No reply `confirm` can judge: as a call with none.
                     (Some(_), Err(e)) => {
-                        self.unconfirmed(group);
+                        self.unconfirmed(group, ttl);
                         Err(e)
                     }
                     (None, acquired) => acquired,
@@ -661,7 +663,7 @@ impl RedisBackend {
             &*op.keys.paused,
             &*marker,
         ];
-        let doubt = self.in_doubt([op.group]);
+        let doubt = self.in_doubt([op.group], ttl);
         let (reply, acks) = self
             .invoke_and_wait(&self.scripts.acquire, &keys, op.id, ttl)
             .await
@@ -673,20 +675,40 @@ impl RedisBackend {
 
     /// The groups of an acquire + `WAIT` call, in doubt until its reply is
     /// read (see [`InDoubt`]).
-    fn in_doubt<'a>(&'a self, groups: impl IntoIterator<Item = &'a str>) -> InDoubt<'a> {
+    fn in_doubt<'a>(
+        &'a self,
+        groups: impl IntoIterator<Item = &'a str>,
+        ttl: Duration,
+    ) -> InDoubt<'a> {
         InDoubt {
             backend: self,
             groups: groups.into_iter().collect(),
+            ttl,
         }
     }
 
     /// Mark `group` as won by a safe start no `WAIT` confirmed: its next win
     /// waits one ttl (see [`Self::confirm`]).
-    fn unconfirmed(&self, group: &str) {
+    fn unconfirmed(&self, group: &str, ttl: Duration) {
         self.unconfirmed_waits
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(group.to_owned());
+            .mark(group, self.mark_lasts(ttl));
+    }
+
+    /// How long a mark of [`Self::unconfirmed`] matters: see
+    /// [`UnconfirmedWaits`].
+    fn mark_lasts(&self, ttl: Duration) -> Duration {
+        ttl.saturating_add(self.call_timeout)
+    }
+
+    /// How many groups are marked (expired marks not yet pruned included).
+    #[cfg(test)]
+    pub(crate) fn unconfirmed_len(&self) -> usize {
+        self.unconfirmed_waits
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .len()
     }
 
     /// `script` (an acquire script) on `keys` with our `id` and `ttl`, then
@@ -748,6 +770,7 @@ impl RedisBackend {
             .unconfirmed_waits
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
+        unconfirmed.tidy();
         match acquired {
             Acquire::Won {
                 token,
@@ -776,7 +799,7 @@ impl RedisBackend {
                 };
                 if let Some(e) = unconfirmed_by {
                     if why != SafeStart::No {
-                        unconfirmed.insert(group.to_owned());
+                        unconfirmed.mark(group, self.mark_lasts(ttl));
                     }
                     return Err(e);
                 }
@@ -1104,6 +1127,8 @@ fn backend_message(message: &str) -> Error {
 struct InDoubt<'a> {
     backend: &'a RedisBackend,
     groups: Vec<&'a str>,
+    /// The call's ttl (how long a mark matters follows from it).
+    ttl: Duration,
 }
 
 impl InDoubt<'_> {
@@ -1122,12 +1147,15 @@ impl Drop for InDoubt<'_> {
             groups = self.groups.len(),
             "acquire + WAIT without a reply: each group's next win waits one ttl"
         );
+        let lasts = self.backend.mark_lasts(self.ttl);
         let mut unconfirmed = self
             .backend
             .unconfirmed_waits
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        unconfirmed.extend(self.groups.iter().map(|g| (*g).to_owned()));
+        for group in &self.groups {
+            unconfirmed.mark(group, lasts);
+        }
     }
 }
 

@@ -9,6 +9,7 @@ use leader_testkit::{FaultProxy, RedisServer};
 
 use super::acquire_many_tests::{answers, TTL};
 use crate::backend::{Acquire, Backend, SafeStart};
+use crate::names::GroupKeys;
 use crate::{Config, Runtime};
 
 /// Long enough for `WAIT` (given half of it) to hear the replica on a busy
@@ -119,4 +120,51 @@ async fn an_acquire_with_no_reply_marks_every_group_of_the_call() {
         assert_eq!(server.cmd(&["GET", &key]).await.unwrap(), "me", "{group}");
     }
     next_wins_wait_one_ttl(&server, backend, &calls).await;
+}
+
+/// The marks are dropped once they no longer matter: a runtime that
+/// names many groups, each marked (no replica acknowledges: every first
+/// win is an unconfirmed safe start) and then never named again, does not
+/// keep an entry per group for good. The next judged acquisition after the
+/// marks expired (ttl + the call timeout) sweeps them. Fails on the old
+/// code: the set only grew.
+#[tokio::test]
+async fn marks_of_groups_never_named_again_are_dropped() {
+    const SHORT_TTL: Duration = Duration::from_millis(300);
+    const SHORT_CALL: Duration = Duration::from_millis(400);
+    // No replica: `WAIT` answers 0 after its timeout (half the call's).
+    let server = RedisServer::start().await.unwrap();
+    let rt = Runtime::new(
+        Config::builder()
+            .redis_url(server.url())
+            .instance_id("me")
+            .call_timeout(SHORT_CALL)
+            .min_replicas(1)
+            .build()
+            .unwrap(),
+    )
+    .unwrap();
+    let backend = &rt.ctx().backend;
+    let Backend::Redis(redis) = backend else {
+        panic!("a Redis backend")
+    };
+    let acquire = |names: Vec<String>| async move {
+        let keys: Vec<GroupKeys> = names.iter().map(|g| GroupKeys::new("leader", g)).collect();
+        let pairs: Vec<(&str, &GroupKeys)> = names.iter().map(String::as_str).zip(&keys).collect();
+        for got in backend.acquire_many("me", SHORT_TTL, &pairs).await {
+            let e = got.expect_err("won with no replica");
+            assert!(e.to_string().contains("min_replicas"), "{e}");
+        }
+    };
+    for round in 0..3 {
+        // A new server marker: new groups start safe (record.lua).
+        server.cmd(&["DEL", "leader:server"]).await.unwrap();
+        acquire((0..200).map(|i| format!("g{round}-{i}")).collect()).await;
+    }
+    assert_eq!(redis.unconfirmed_len(), 600, "every safe start marked");
+    // Every mark has stopped mattering; the next judged acquisition sweeps.
+    tokio::time::sleep(SHORT_TTL + SHORT_CALL + Duration::from_millis(50)).await;
+    server.cmd(&["DEL", "leader:server"]).await.unwrap();
+    acquire(vec!["late".to_owned()]).await;
+    assert_eq!(redis.unconfirmed_len(), 1, "only the latest mark is left");
 }
