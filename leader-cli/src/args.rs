@@ -172,7 +172,7 @@ pub(crate) enum Command {
     /// Ask the leader of GROUP to hand over: it drains its runs, releases, and
     /// stays out of the race for one ttl.
     #[command(
-        after_help = "Examples:\n  leader step-down reports\n  leader step-down reports --wait 0   # ask, don't wait\n\nExits 1 when nobody holds GROUP, or its holder still holds it after --wait."
+        after_help = "Examples:\n  leader step-down reports\n  leader step-down reports --wait 0   # ask, don't wait\n\nWaits (within --wait) for the next holder after the release.\nExits 1 when no instance has named GROUP, nobody holds it, or its holder still holds it after --wait."
     )]
     StepDown {
         /// The group.
@@ -184,7 +184,7 @@ pub(crate) enum Command {
     /// Pause GROUP fleet-wide: no instance acquires it, and its leader drains and
     /// releases. Survives restarts of the instances, until `leader resume`.
     #[command(
-        after_help = "Examples:\n  leader pause reports --reason 'incident 42'\n  leader pause reports --by alice --wait 0"
+        after_help = "Examples:\n  leader pause reports --reason 'incident 42'\n  leader pause reports --by alice --wait 0\n  leader pause new-job --force   # before the deploy that adds it\n\nExits 1 when no instance has named GROUP (a typo?), unless --force."
     )]
     Pause {
         /// The group.
@@ -199,6 +199,9 @@ pub(crate) enum Command {
         /// year).
         #[arg(long, value_name = "SECONDS", default_value = "30", value_parser = wait_seconds)]
         wait: Duration,
+        /// Pause a group no instance has named yet (ahead of a deploy that adds it).
+        #[arg(long)]
+        force: bool,
     },
     /// End the pause of GROUP: an instance acquires it again.
     #[command(after_help = "Example:\n  leader resume reports")]

@@ -28,18 +28,61 @@ pub(crate) async fn run(config: Config, command: Command) -> Result<(), String> 
     match command {
         Command::Status { json } => status(&admin, json).await.map_err(fail),
         Command::Watch { interval } => watch(&admin, Duration::from_millis(interval)).await,
-        Command::StepDown { group, wait } => step_down(&admin, &group, wait).await,
+        Command::StepDown { group, wait } => {
+            known_group(&admin, &group).await?;
+            step_down(&admin, &group, wait).await
+        }
         Command::Pause {
             group,
             reason,
             by,
             wait,
+            force,
         } => {
+            if !force {
+                known_group(&admin, &group).await?;
+            }
             let by = by.unwrap_or_else(who);
             pause(&admin, &group, &by, reason.as_deref(), wait).await
         }
-        Command::Resume { group } => resume(&admin, &group).await.map_err(fail),
-        Command::History { group, job, json } => history(&admin, &group, job, json).await,
+        Command::Resume { group } => {
+            known_group(&admin, &group).await?;
+            resume(&admin, &group).await.map_err(fail)
+        }
+        Command::History { group, job, json } => {
+            known_group(&admin, &group).await?;
+            history(&admin, &group, job, json).await
+        }
+    }
+}
+
+/// Refuses a group that no instance has named under the prefix (a typo, or
+/// the wrong `--prefix`), listing the groups that are there. A group is
+/// named once it has a lease, a token record, a pause or a cron history.
+async fn known_group(admin: &Admin, group: &str) -> Result<(), String> {
+    let fail = |e| failure(admin, e);
+    let info = admin.group(group).await.map_err(fail)?;
+    if info.holder.is_some() || info.token.is_some() || info.paused.is_some() {
+        return Ok(());
+    }
+    let known = admin.groups().await.map_err(fail)?;
+    if known.iter().any(|g| g.group == group) {
+        return Ok(());
+    }
+    let names: Vec<&str> = known.iter().map(|g| g.group.as_str()).collect();
+    Err(format!(
+        "unknown group `{group}` under the prefix `{}`: no instance has named it; known: {}",
+        admin.prefix(),
+        list_or_none(&names)
+    ))
+}
+
+/// `a, b, c`, or `none` for an empty list.
+fn list_or_none(names: &[&str]) -> String {
+    if names.is_empty() {
+        "none".to_owned()
+    } else {
+        names.join(", ")
     }
 }
 
@@ -313,20 +356,31 @@ async fn step_down(admin: &Admin, group: &str, wait: Duration) -> Result<(), Str
     }
     // `--wait` is bounded, so the sum does not overflow; unchecked it would panic.
     let deadline = Instant::now().checked_add(wait);
+    // Once the holder has released, wait (within `--wait`) for the next one.
+    let mut released = false;
     loop {
         let now = admin.group(group).await.map_err(fail)?.holder;
+        let out_of_time = deadline.is_some_and(|d| Instant::now() >= d);
         match now {
+            Some(h) if h == holder && released => {
+                out!("{holder} released `{group}` and took it back: no other instance took it");
+                return Ok(());
+            }
             Some(h) if h == holder => {}
             Some(h) => {
                 out!("`{group}` is now led by {h}");
                 return Ok(());
             }
-            None => {
-                out!("{holder} released `{group}`; nobody leads it yet");
+            None if out_of_time => {
+                out!(
+                    "{holder} released `{group}`; nobody leads it yet (waited {})",
+                    format::duration(wait)
+                );
                 return Ok(());
             }
+            None => released = true,
         }
-        if deadline.is_some_and(|d| Instant::now() >= d) {
+        if out_of_time {
             return Err(format!(
                 "{holder} still holds `{group}` after {wait:?}: it may be draining a long \
                  run, or it did not get the request (an older version, or an ACL user without \
@@ -390,15 +444,20 @@ async fn history(
     json: bool,
 ) -> Result<(), String> {
     let fail = |e| failure(admin, e);
+    let known = admin.cron_jobs(group).await.map_err(fail)?;
     let jobs = match job {
-        Some(job) => vec![job],
-        None => {
-            let jobs = admin.cron_jobs(group).await.map_err(fail)?;
-            if jobs.is_empty() {
-                return Err(format!("no cron job of `{group}` has a history"));
-            }
-            jobs
+        Some(job) if known.contains(&job) => vec![job],
+        Some(job) => {
+            let names: Vec<&str> = known.iter().map(String::as_str).collect();
+            return Err(format!(
+                "unknown job `{job}` of `{group}`: no run of it is recorded; known: {}",
+                list_or_none(&names)
+            ));
         }
+        None if known.is_empty() => {
+            return Err(format!("no cron job of `{group}` has a history"));
+        }
+        None => known,
     };
     let mut all = Vec::new();
     for job in jobs {

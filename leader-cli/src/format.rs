@@ -30,17 +30,18 @@ pub(crate) fn now() -> String {
     time(SystemTime::now())
 }
 
-/// A duration the way a person reads it: `850ms`, `4.2s`, `3m12s`, `2h5m`.
+/// A duration the way a person reads it: `850 ms`, `4.2 s`, `3 min 12 s`,
+/// `2 h 5 min`.
 pub(crate) fn duration(d: Duration) -> String {
     let ms = d.as_millis();
     if ms < 1_000 {
-        format!("{ms}ms")
+        format!("{ms} ms")
     } else if ms < 60_000 {
-        format!("{:.1}s", d.as_secs_f64())
+        format!("{:.1} s", d.as_secs_f64())
     } else if ms < 3_600_000 {
-        format!("{}m{}s", ms / 60_000, ms / 1_000 % 60)
+        format!("{} min {} s", ms / 60_000, ms / 1_000 % 60)
     } else {
-        format!("{}h{}m", ms / 3_600_000, ms / 60_000 % 60)
+        format!("{} h {} min", ms / 3_600_000, ms / 60_000 % 60)
     }
 }
 
@@ -57,7 +58,7 @@ pub(crate) fn pause(info: &GroupInfo) -> Option<String> {
 /// One run of a cron job as a line.
 pub(crate) fn run(job: &str, r: &Run) -> String {
     format!(
-        "{}  {job}  {}  in {}  on {} (token {}, started {})",
+        "{}  {job}  {}  ran {}  on {} (token {}, started {})",
         time(r.scheduled),
         r.outcome,
         duration(r.duration),
@@ -104,10 +105,10 @@ mod tests {
 
     #[test]
     fn durations_read_naturally() {
-        assert_eq!(duration(Duration::from_millis(850)), "850ms");
-        assert_eq!(duration(Duration::from_millis(4_249)), "4.2s");
-        assert_eq!(duration(Duration::from_secs(192)), "3m12s");
-        assert_eq!(duration(Duration::from_secs(7_500)), "2h5m");
+        assert_eq!(duration(Duration::from_millis(850)), "850 ms");
+        assert_eq!(duration(Duration::from_millis(4_249)), "4.2 s");
+        assert_eq!(duration(Duration::from_secs(192)), "3 min 12 s");
+        assert_eq!(duration(Duration::from_secs(7_500)), "2 h 5 min");
     }
 
     #[test]

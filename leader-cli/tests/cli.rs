@@ -238,16 +238,73 @@ async fn step_down_moves_leadership() {
 #[tokio::test]
 async fn step_down_of_a_group_nobody_holds_fails() {
     let server = RedisServer::start().await.unwrap();
-    let out = leader(&server, &["step-down", "nobody-here"]).await;
+    // Named (it has a token record), held by nobody.
+    let a = instance(&server, "a");
+    until_leader(&a).await;
+    a.shutdown().await;
+    let out = leader(&server, &["step-down", G]).await;
     assert_exit(&out, 1);
     assert!(
-        stderr(&out).contains("nobody holds `nobody-here`"),
+        stderr(&out).contains(&format!("nobody holds `{G}`")),
         "{}",
         stderr(&out)
     );
     let out = leader(&server, &["step-down", "bad group"]).await;
     assert_exit(&out, 1);
     assert!(stderr(&out).contains("invalid group"), "{}", stderr(&out));
+}
+
+/// A group (or job) no instance has named is a typo until proven otherwise:
+/// every command on it exits 1 naming the groups (jobs) that exist, and
+/// changes nothing; `pause --force` pauses it ahead of a deploy.
+#[tokio::test]
+async fn commands_on_a_group_or_job_nobody_named_exit_1_with_the_known_ones() {
+    let server = RedisServer::start().await.unwrap();
+    let a = instance(&server, "a");
+    until_leader(&a).await;
+    for args in [
+        &["pause", "jbos"][..],
+        &["resume", "jbos"],
+        &["step-down", "jbos"],
+        &["history", "jbos"],
+        &["history", "jbos", "tick"],
+    ] {
+        let out = leader(&server, args).await;
+        assert_exit(&out, 1);
+        let err = stderr(&out);
+        assert!(
+            err.contains("unknown group `jbos`") && err.contains(&format!("known: {G}")),
+            "{args:?}: {err}"
+        );
+    }
+    assert!(
+        server
+            .cmd(&["EXISTS", "leader:{jbos}:paused"])
+            .await
+            .unwrap()
+            == 0,
+        "a refused pause wrote nothing"
+    );
+    // A known group, an unknown job.
+    let out = leader(&server, &["history", G, "tcik"]).await;
+    assert_exit(&out, 1);
+    assert!(
+        stderr(&out).contains("unknown job `tcik` of `jobs`")
+            && stderr(&out).contains("known: none"),
+        "{}",
+        stderr(&out)
+    );
+    // Ahead of a deploy: forced, then known (resume finds it).
+    let out = leader(&server, &["pause", "new-job", "--force", "--wait", "0"]).await;
+    assert_exit(&out, 0);
+    let out = leader(&server, &["resume", "new-job"]).await;
+    assert_exit(&out, 0);
+    assert!(
+        stdout(&out).contains("resumed `new-job`"),
+        "{}",
+        stdout(&out)
+    );
+    a.shutdown().await;
 }
 
 #[tokio::test]
@@ -286,7 +343,7 @@ async fn history_and_status_show_cron_runs() {
     assert_exit(&out, 0);
     let text = stdout(&out);
     assert!(
-        text.contains("  tick  ok  in ") && text.contains("on a (token "),
+        text.contains("  tick  ok  ran ") && text.contains("on a (token "),
         "{text}"
     );
     let out = leader(&server, &["history", G]).await;
@@ -305,6 +362,9 @@ async fn history_and_status_show_cron_runs() {
     assert_eq!(cron["last_runs"][0]["outcome"], "ok");
     assert!(stdout(&leader(&server, &["status"]).await).contains("    cron "));
 
+    // A group that is named (its first call's acquisition wrote its token
+    // record) but has no cron history.
+    a.run_if_leader("other", || async {}).await;
     let out = leader(&server, &["history", "other"]).await;
     assert_exit(&out, 1);
     assert!(
@@ -405,7 +465,7 @@ async fn watch_prints_transitions_as_they_happen() {
         .unwrap();
     // A group the watch did not list: its notice makes it read it at once
     // (the next listing of every group is 15 s away).
-    let paused = leader(&server, &["pause", "fresh", "--wait", "0"]).await;
+    let paused = leader(&server, &["pause", "fresh", "--force", "--wait", "0"]).await;
     assert_exit(&paused, 0);
     out.wait_for_from(i + 1, |l| l.contains("fresh: paused by"), limit)
         .await
