@@ -219,10 +219,8 @@ async fn step_down_moves_leadership() {
     assert_exit(&out, 0);
     let text = stdout(&out);
     assert!(text.contains("asked a to hand `jobs` over"), "{text}");
-    assert!(
-        text.contains("now led by b") || text.contains("nobody leads it yet"),
-        "{text}"
-    );
+    // It waits for the next holder instead of reporting the gap between.
+    assert!(text.contains("now led by b"), "{text}");
     timeout(TTL, async {
         while !b.is_leader(G) {
             tokio::time::sleep(Duration::from_millis(5)).await;
