@@ -102,6 +102,7 @@
 mod history;
 mod metrics;
 mod registry;
+mod schedule;
 
 use std::collections::BTreeSet;
 use std::future::Future;
@@ -113,7 +114,6 @@ use std::time::{Duration, SystemTime};
 use chrono::{DateTime, LocalResult, NaiveDateTime, TimeDelta, TimeZone, Utc};
 pub use chrono_tz;
 use chrono_tz::Tz;
-use croner::parser::{CronParser, Seconds};
 use croner::Cron;
 use futures_util::FutureExt;
 use tokio_cron_scheduler::Job;
@@ -321,7 +321,12 @@ pub struct JobBuilder {
 }
 
 impl JobBuilder {
-    /// A job on `schedule` (six fields, seconds first) gated on `group`.
+    /// A job on `schedule` (six fields, seconds first: second minute hour
+    /// day-of-month month day-of-week; `@daily` and the like too) gated on
+    /// `group`. [`build`](Self::build) checks the schedule: a field out of
+    /// range is named (`hour 25 out of range 0-23`), and one that can never
+    /// fire (`0 0 0 30 2 *`) is refused. [`next_fire_times`](Self::next_fire_times)
+    /// shows when it fires.
     ///
     /// # Examples
     ///
@@ -570,7 +575,68 @@ impl JobBuilder {
             let _keep = &registration;
             Box::pin(async move { shared.fire().await })
         })
-        .map_err(|e| schedule_err(&e))
+        .map_err(|e| Error::Config {
+            field: "schedule",
+            rule: format!("the scheduler refused the job's every-second trigger ({e})"),
+        })
+    }
+
+    /// The next `n` times the schedule fires after now, in the job's
+    /// [`time_zone`](Self::time_zone), DST included: a local time a
+    /// spring-forward day lacks fires at the first instant after the gap, a
+    /// time a fall-back day has twice fires once, at the first. To check a
+    /// schedule before deploying it, or in a test.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use leader_runtime::cron::{chrono_tz, JobBuilder};
+    ///
+    /// let builder = JobBuilder::new("0 30 2 * * MON-FRI", "reports")
+    ///     .time_zone(chrono_tz::Europe::Berlin);
+    /// for at in builder.next_fire_times(3)? {
+    ///     println!("{}", at.to_rfc3339()); // e.g. 2026-12-07T02:30:00+01:00
+    /// }
+    /// // A field out of range is named.
+    /// let err = JobBuilder::new("0 0 25 * * *", "reports").next_fire_times(1).unwrap_err();
+    /// assert!(err.to_string().contains("hour 25 out of range 0-23"));
+    /// # Ok::<(), leader_runtime::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] (field `"schedule"`) as [`build`](Self::build).
+    pub fn next_fire_times(&self, n: usize) -> Result<Vec<DateTime<Tz>>> {
+        self.next_fire_times_after(Utc::now(), n)
+    }
+
+    /// [`next_fire_times`](Self::next_fire_times) after `after` instead of
+    /// now.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use leader_runtime::cron::{chrono_tz, JobBuilder};
+    ///
+    /// let after = "2026-03-28T12:00:00Z".parse().unwrap();
+    /// let times = JobBuilder::new("0 30 2 * * *", "reports")
+    ///     .time_zone(chrono_tz::Europe::Berlin)
+    ///     .next_fire_times_after(after, 1)?;
+    /// // Berlin has no 02:30 on 29 March 2026: the first instant after the gap.
+    /// assert_eq!(times[0].to_rfc3339(), "2026-03-29T03:00:00+02:00");
+    /// # Ok::<(), leader_runtime::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`next_fire_times`](Self::next_fire_times).
+    pub fn next_fire_times_after(
+        &self,
+        after: DateTime<Utc>,
+        n: usize,
+    ) -> Result<Vec<DateTime<Tz>>> {
+        let cron = schedule::parse(&self.schedule)?;
+        Ok(schedule::next_fire_times(&cron, &self.time_zone, after, n))
     }
 
     fn prepare<F, Fut>(self, f: F) -> Result<Shared>
@@ -580,12 +646,7 @@ impl JobBuilder {
         Fut::Output: TickResult,
     {
         validate_group(&self.group)?;
-        let cron = CronParser::builder()
-            .seconds(Seconds::Required)
-            .dom_and_dow(true)
-            .build()
-            .parse(&self.schedule)
-            .map_err(|e| schedule_err(&e))?;
+        let cron = schedule::parse(&self.schedule)?;
         let name = self.name.ok_or_else(|| Error::Config {
             field: "name",
             rule: "is required: a cron job's name names its keys and tick ids, e.g. .name(\"hourly-report\")".to_owned(),
@@ -735,15 +796,6 @@ fn range_err(field: &'static str, rule: &str) -> Error {
     Error::Config {
         field,
         rule: rule.to_owned(),
-    }
-}
-
-fn schedule_err(e: &dyn std::fmt::Display) -> Error {
-    Error::Config {
-        field: "schedule",
-        rule: format!(
-            "must be a cron expression with six fields, seconds first, e.g. \"0 */5 * * * *\" ({e})"
-        ),
     }
 }
 
