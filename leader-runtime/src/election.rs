@@ -62,6 +62,7 @@ pub(crate) async fn run(
     // panicked): a successor waiting for it must not wait for ever.
     let ttl = ctx.config.ttl;
     let _ended = EndsElection(group.clone(), ttl);
+    metrics::following(&group.name);
     let keys = GroupKeys::new(&ctx.config.key_prefix, &group.name);
     // A run-once body's lease is outside the balance: never handed over.
     let balance = (ctx.balance.clone()).filter(|_| !crate::once::is_once_group(&group.name));

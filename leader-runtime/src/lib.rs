@@ -605,7 +605,7 @@
 //! | --- | --- | --- | --- |
 //! | `leader_elected_total` | counter | `group` | this instance became leader |
 //! | `leader_lost_total` | counter | `group`, `reason` ([`LostReason::as_str`]) | a leadership ended |
-//! | `leader_is_leader` | gauge | `group` | 1 while leading, 0 after a loss |
+//! | `leader_is_leader` | gauge | `group` | 1 while leading, else 0 (a follower exports 0 from the group's first use) |
 //! | `leader_renew_seconds` | histogram | `group` | round trip of every renew call, whatever its outcome |
 //! | `leader_acquire_attempts_total` | counter | `group` | an acquire call was sent |
 //! | `leader_cron_runs_total` | counter | `group`, `job`, `outcome` | a cron tick's body ran here (`ok`, `error`, `panicked`, `cancelled`) |

@@ -20,7 +20,7 @@ pub const ELECTED: &str = "leader_elected_total";
 /// Counter, labels `group`, `reason`: a leadership ended.
 #[cfg(feature = "metrics")]
 pub const LOST: &str = "leader_lost_total";
-/// Gauge, label `group`: 1 while leading, 0 after a loss.
+/// Gauge, label `group`: 1 while leading, else 0 (from the group's first use).
 #[cfg(feature = "metrics")]
 pub const IS_LEADER: &str = "leader_is_leader";
 /// Histogram (seconds), label `group`: round trip of every renew call.
@@ -90,6 +90,13 @@ pub(crate) fn elected(group: &str) {
     ::metrics::gauge!(names::IS_LEADER, "group" => group.to_owned()).set(1.0);
 }
 
+/// `group`'s election started: not leading yet. The gauge exists from
+/// here, so a follower counts as 0 rather than missing.
+#[cfg(feature = "metrics")]
+pub(crate) fn following(group: &str) {
+    ::metrics::gauge!(names::IS_LEADER, "group" => group.to_owned()).set(0.0);
+}
+
 /// A leadership of `group` ended.
 #[cfg(feature = "metrics")]
 pub(crate) fn lost(group: &str, reason: LostReason) {
@@ -117,6 +124,10 @@ pub(crate) fn acquire_attempt(group: &str) {
 #[cfg(not(feature = "metrics"))]
 #[inline(always)]
 pub(crate) fn elected(_group: &str) {}
+
+#[cfg(not(feature = "metrics"))]
+#[inline(always)]
+pub(crate) fn following(_group: &str) {}
 
 #[cfg(not(feature = "metrics"))]
 #[inline(always)]

@@ -152,3 +152,27 @@ async fn the_gauge_follows_leadership() {
     assert_eq!(counter(&m, names::ACQUIRE_ATTEMPTS, &[]), 1);
     a.shutdown().await;
 }
+
+/// A follower exports the gauge from its first round, not only after a
+/// loss: a dashboard sums `leader_is_leader` per group and alerts on 0 or
+/// more than 1, and an instance that never led must count as 0, not as
+/// missing. (The group is paused, so nobody in this process leads it and
+/// sets the shared gauge to 1.)
+#[tokio::test(start_paused = true)]
+async fn a_follower_exports_the_gauge_as_0_from_the_start() {
+    let _serial = SERIAL.lock().await;
+    snapshotter();
+    let group = "metrics-follower-gauge";
+    let mem = MemoryBackend::new();
+    let admin = crate::admin::Admin::new(&builder(&mem, "admin").build().unwrap()).unwrap();
+    assert!(admin.pause(group, "test", None).await.unwrap());
+    let b = instance(&mem, "b");
+    assert!(b.run_if_leader(group, || async {}).await.is_none());
+    let m = metrics_of(group);
+    assert_eq!(
+        m.get(&(MetricKind::Gauge, names::IS_LEADER.to_owned(), vec![])),
+        Some(&DebugValue::Gauge(0.0.into())),
+        "{m:?}"
+    );
+    b.shutdown().await;
+}
