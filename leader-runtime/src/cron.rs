@@ -116,6 +116,8 @@ pub use chrono_tz;
 use chrono_tz::Tz;
 use croner::Cron;
 use futures_util::FutureExt;
+/// The scheduler the jobs run on, re-exported so that users need no version pin.
+pub use tokio_cron_scheduler;
 use tokio_cron_scheduler::Job;
 
 pub use self::history::{history, Outcome, Run, TickResult};
