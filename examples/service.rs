@@ -74,7 +74,7 @@ async fn main() -> Result<(), Error> {
         .name("report")
         .time_zone(Europe::Berlin)
         .build(|tick| async move {
-            tracing::info!(tick = tick.id(), token = tick.lease().token(), "report: ran");
+            tracing::info!(tick = tick.id(), "report: ran");
         })?;
     let cleanup = JobBuilder::new("0 30 3 * * *", "cleanup") // 03:30 in New York
         .name("nightly-cleanup")
