@@ -285,6 +285,10 @@ impl Error {
     /// [`Error::Backend`] (or [`Error::Connection`] without a group).
     pub(crate) fn redis(group: Option<&str>, message: String, e: redis::RedisError) -> Self {
         let hint = refusal_hint(&e);
+        let message = match transport_words(&e) {
+            Some(words) if hint.is_none() => format!("{message} ({words})"),
+            _ => message,
+        };
         let source: Option<Arc<dyn std::error::Error + Send + Sync>> = Some(Arc::new(e));
         match (hint, group) {
             (Some(hint), group) => Error::Misconfigured {
@@ -427,6 +431,20 @@ fn refused_what(group: Option<&str>) -> String {
 
 /// What to check when Redis refused us for a reason no retry fixes; `None`
 /// for every other error.
+/// What a transport failure means, in a user's words (the OS's message
+/// alone, "Connection refused (os error 111)", says nothing of Redis).
+fn transport_words(e: &redis::RedisError) -> Option<&'static str> {
+    if e.is_connection_refusal() {
+        Some("nothing accepts connections there: is redis-server running, and are the URL's host and port right?")
+    } else if e.is_timeout() {
+        Some("no answer in time: is the host right and reachable from here, and is Redis not overloaded?")
+    } else if e.is_connection_dropped() {
+        Some("the connection was closed: Redis restarted or refused this client, or something between cut it")
+    } else {
+        None
+    }
+}
+
 fn refusal_hint(e: &redis::RedisError) -> Option<&'static str> {
     let code = e.code().unwrap_or_default();
     // Errors raised inside a script arrive wrapped ("ERR ... NOPERM ..."):
@@ -533,11 +551,16 @@ mod tests {
             matches!(e, Error::Backend { .. }) && !e.is_config(),
             "{e:?}"
         );
+        // Said in a user's words, not the OS's alone.
+        assert!(e.to_string().contains("is redis-server running"), "{e}");
         let e = Error::redis(None, io.to_string(), io);
         assert!(
             matches!(e, Error::Connection { .. }) && !e.is_config(),
             "{e:?}"
         );
+        let timeout = redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut));
+        let e = Error::redis(None, timeout.to_string(), timeout);
+        assert!(e.to_string().contains("no answer in time"), "{e}");
         let loading = server_error("LOADING Redis is loading the dataset in memory");
         let e = Error::redis(Some("jobs"), loading.to_string(), loading);
         assert!(!e.is_config(), "{e:?}");

@@ -183,15 +183,19 @@
 //!
 //! # Start-up and shutdown
 //!
-//! **Fail fast.** Nothing reaches the network before a group is used, so a
-//! wrong password or an unreachable Redis would otherwise show only as an
-//! instance that never leads. [`ready`] / [`ready_for`] (and
+//! **Fail fast.** No command reaches Redis before a group is used (the
+//! runtime opens only its release-notice subscription at start, and a
+//! failure there is a warning in the log), so a wrong password or an
+//! unreachable Redis would otherwise show only as an instance that never
+//! leads. [`ready`] / [`ready_for`] (and
 //! [`Runtime::ready`]) wait, at most a timeout, for the backend's first
 //! answer and each group's first election round, and return the error:
 //! [`Error::Misconfigured`] at once when Redis refuses the configuration —
 //! wrong credentials (`WRONGPASS`, a failed `AUTH`), a password missing
 //! (`NOAUTH`), an ACL rule (`NOPERM`), a database the server lacks, a
-//! Sentinel master name the sentinels do not know — with a hint of what to
+//! Sentinel master name the sentinels do not know — or when the URL points
+//! at a server that is not Redis (PostgreSQL's port, an HTTP server: "not
+//! a Redis server at host:port") — with a hint of what to
 //! check; [`Error::NotReady`] with the last error when the timeout passes
 //! (Redis unreachable or still starting). [`Error::is_config`] tells errors
 //! no retry fixes from the others. A readiness probe can call

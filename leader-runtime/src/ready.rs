@@ -152,6 +152,16 @@ impl Runtime {
                 Ok(Err(e)) => e,
                 Err(_) => no_answer(limit),
             };
+            // The first failure: is it a Redis at all? (PostgreSQL's port,
+            // an HTTP server: no retry helps, say so at once.)
+            if last.is_none() {
+                if let crate::config::BackendConfig::Redis(redis) = &config.backend {
+                    if let Some(e) = crate::backend::probe::not_redis(&redis.urls, limit).await {
+                        tracing::error!(error = %e, "the Redis URL points at a server that is not Redis");
+                        return Err(e);
+                    }
+                }
+            }
             tracing::debug!(%error, "not ready yet: the backend did not answer; retrying");
             last = Some(error);
             let left = deadline.saturating_duration_since(Instant::now());

@@ -132,8 +132,8 @@ impl std::fmt::Debug for Runtime {
 }
 
 impl Runtime {
-    /// Start a runtime (no network yet: groups start their elections on
-    /// first use).
+    /// Start a runtime (no command reaches Redis yet: only the release-notice
+    /// subscription connects; groups start their elections on first use).
     ///
     /// # Examples
     ///

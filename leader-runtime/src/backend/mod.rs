@@ -15,6 +15,7 @@ mod marker;
 mod memory;
 pub(crate) mod once;
 mod phases;
+pub(crate) mod probe;
 pub(crate) mod redis;
 mod sentinel;
 
