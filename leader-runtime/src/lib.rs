@@ -718,49 +718,35 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
+// In layering order: a module uses only the ones above it (`tests/tidy.rs`).
 pub mod admin;
-mod admission;
 mod backend;
-mod balance;
-mod clock;
 mod config;
 #[cfg(feature = "cron")]
 #[cfg_attr(docsrs, doc(cfg(feature = "cron")))]
 pub mod cron;
-mod ctx;
 mod election;
-mod env;
 mod error;
-mod events;
 pub mod fence;
 mod gate;
-mod gate_future;
-mod global;
 mod group;
-mod in_flight;
-mod jitter;
-mod lease;
+mod names;
+mod observe;
+mod once;
+mod runtime;
+mod util;
 #[cfg(feature = "metrics")]
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
-pub mod metrics;
-#[cfg(not(feature = "metrics"))]
-mod metrics;
-mod names;
-mod once;
-mod outage;
-mod ready;
-mod redact;
-mod report;
-mod runtime;
-mod shutdown;
-mod stats;
-mod status;
+pub use crate::observe::metrics;
 #[cfg(test)]
 mod test_support;
 
 use std::future::Future;
 
 pub use leader_macros::leader_only;
+
+use crate::group::admission;
+use crate::runtime::{global, shutdown};
 use tokio::sync::broadcast;
 
 pub use crate::backend::{MemoryBackend, MemorySnapshot};
@@ -769,15 +755,15 @@ pub use crate::config::{
     DEFAULT_TTL,
 };
 pub use crate::error::{BodyError, Error, Result};
-pub use crate::events::{Event, LostReason};
 pub use crate::fence::{Fence, Fenced};
-pub use crate::global::init;
-pub use crate::lease::Lease;
+pub use crate::group::lease::Lease;
+pub use crate::group::status::GroupStatus;
+pub use crate::observe::events::{Event, LostReason};
+pub use crate::observe::stats::Stats;
 pub use crate::once::{once, Once, OnceRecord, OnceStatus};
+pub use crate::runtime::global::init;
+pub use crate::runtime::shutdown::{ShutdownGuard, DEFAULT_GUARD_TIMEOUT};
 pub use crate::runtime::Runtime;
-pub use crate::shutdown::{ShutdownGuard, DEFAULT_GUARD_TIMEOUT};
-pub use crate::stats::Stats;
-pub use crate::status::GroupStatus;
 
 /// Whether this instance leads `group` right now, on the current runtime
 /// (the one of [`Runtime::scope`], else the global one). Sync and local,
@@ -1118,6 +1104,6 @@ pub fn shutdown_on_signal() -> impl Future<Output = ()> + Send + 'static {
 #[doc(hidden)]
 /// Not public API: the contract between `#[leader_only]` expansions and the runtime.
 pub mod __private {
+    pub use crate::gate::future::{gate_future, Box, Default, Option};
     pub use crate::gate::{gate_async, gate_sync, CallSite};
-    pub use crate::gate_future::{gate_future, Box, Default, Option};
 }

@@ -53,14 +53,14 @@ pub(crate) struct GroupKeys {
     /// Holds the leader's instance id, with the lease's TTL.
     pub(crate) lease: String,
     /// The group's record (no TTL): the last fencing token issued, and until
-    /// when earlier holders may still lead (see `backend/record.lua`). The
+    /// when earlier holders may still lead (see `backend/scripts/record.lua`). The
     /// key keeps the name it had when it held the token alone, so an
     /// instance of an older version fails on it (WRONGTYPE) instead of
     /// issuing tokens beside it.
     pub(crate) record: String,
     /// Present while the group is paused fleet-wide (a hash, no expiry:
     /// `by`, `at` in unix ms, `reason`): no instance acquires, and a leader's
-    /// renew fails so it hands over (see `backend/record.lua`).
+    /// renew fails so it hands over (see `backend/scripts/record.lua`).
     pub(crate) paused: String,
 }
 
@@ -109,7 +109,7 @@ pub(crate) fn reserved_key(prefix: &str, key: &str) -> bool {
 }
 
 /// The server marker under `prefix` on a server that is not a cluster (see
-/// `backend/record.lua`; on a cluster, one per hash slot: `backend/marker.rs`).
+/// `backend/scripts/record.lua`; on a cluster, one per hash slot: `backend/marker.rs`).
 pub(crate) fn server_key(prefix: &str) -> String {
     format!("{prefix}:server")
 }

@@ -158,12 +158,12 @@ impl RenewBatcher {
         let (requests, rx) = mpsc::unbounded_channel();
         let scripts = Arc::new(Scripts {
             one: Script::new(concat!(
-                include_str!("record.lua"),
-                include_str!("renew.lua")
+                include_str!("scripts/record.lua"),
+                include_str!("scripts/renew.lua")
             )),
             many: Script::new(concat!(
-                include_str!("record.lua"),
-                include_str!("renew_many.lua")
+                include_str!("scripts/record.lua"),
+                include_str!("scripts/renew_many.lua")
             )),
         });
         tokio::spawn(run(conn, cluster, scripts, rx, Wait::within(call_timeout)));
@@ -172,8 +172,8 @@ impl RenewBatcher {
 
     /// A batcher sending `requests` to its task, with a phase of its own.
     fn sending_on(requests: mpsc::UnboundedSender<Request>) -> Self {
-        let phase =
-            u64::from(crate::jitter::random_u32()) << 32 | u64::from(crate::jitter::random_u32());
+        let phase = u64::from(crate::util::jitter::random_u32()) << 32
+            | u64::from(crate::util::jitter::random_u32());
         Self {
             requests,
             grid: Grid::wall_clock(),
@@ -631,7 +631,7 @@ impl AttemptBatcher {
         let spread_ms = ATTEMPT_SPREAD.as_millis() as u32;
         let now = Instant::now();
         if !self.batched {
-            let ms = crate::jitter::random_u32() % (spread_ms + 1);
+            let ms = crate::util::jitter::random_u32() % (spread_ms + 1);
             let at = if expiry.earliest > now {
                 expiry.earliest
             } else {

@@ -4,9 +4,10 @@ use std::fmt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::backend::cron::JobKeys;
-use crate::clock::wall_time_from_unix_ms;
 use crate::names::validate_group;
-use crate::{global, Error, Result, Runtime};
+use crate::runtime::global;
+use crate::util::clock::wall_time_from_unix_ms;
+use crate::{Error, Result, Runtime};
 
 /// How one tick of a cron job ended, as its [`Run`] in the
 /// [history](history()) says.
@@ -145,7 +146,7 @@ impl<T, E: fmt::Display> TickResult for std::result::Result<T, E> {
 /// characters, at most 256 bytes. Redacted first: a URL cut short before
 /// its `@` would no longer read as holding a password.
 fn clean(message: &str) -> String {
-    let message = crate::redact::redact_text(message);
+    let message = crate::util::redact::redact_text(message);
     let mut out = String::new();
     for c in message.chars() {
         let c = if c.is_control() { ' ' } else { c };

@@ -5,7 +5,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 
 use super::{Missed, Overlap, Run, Shared};
-use crate::{global, Error, Result, Runtime};
+use crate::runtime::global;
+use crate::{Error, Result, Runtime};
 
 /// (runtime id, or 0 for "the global one at each tick"; group; name)
 type Key = (u64, String, String);

@@ -1170,7 +1170,7 @@ async fn a_password_in_a_body_error_is_redacted_everywhere() {
 #[cfg(feature = "metrics")]
 #[tokio::test(start_paused = true)]
 async fn runs_are_counted_by_outcome_with_their_durations() {
-    use crate::metrics::tests::{counter, metrics_of, SERIAL};
+    use crate::observe::metrics::tests::{counter, metrics_of, SERIAL};
     use metrics_util::debugging::DebugValue;
     use metrics_util::MetricKind;
     const GM: &str = "cron-metrics";

@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::time::{sleep, Instant};
 
 use crate::backend::{Backend, Counts};
-use crate::balance::SHARE_GRACE;
+use crate::election::balance::SHARE_GRACE;
 use crate::names::members_key;
 use crate::test_support::{builder, start, RETRY, TTL};
 use crate::{Event, LostReason, MemoryBackend, Runtime};

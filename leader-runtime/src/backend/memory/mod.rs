@@ -108,7 +108,7 @@ struct Data {
     paused: HashMap<String, PauseMark>,
 }
 
-/// A group's record, as `backend/record.lua` describes it.
+/// A group's record, as `backend/scripts/record.lua` describes it.
 #[derive(Debug, Clone, Copy)]
 struct Record {
     /// The last fencing token issued.
@@ -321,7 +321,7 @@ impl MemoryBackend {
         let keys = GroupKeys::new(key_prefix, group);
         self.state().data.leases.insert(
             keys.lease,
-            (holder.to_owned(), crate::clock::deadline_in(ttl)),
+            (holder.to_owned(), crate::util::clock::deadline_in(ttl)),
         );
     }
 
@@ -806,7 +806,7 @@ impl MemoryBackend {
     }
 }
 
-/// What the admin API (`admin.rs`) reads and writes.
+/// What the admin API (`admin/mod.rs`) reads and writes.
 impl MemoryBackend {
     /// Publish `payload` on `channel`, as Redis `PUBLISH` would.
     pub(crate) fn publish(&self, channel: &str, payload: String) {

@@ -1,5 +1,7 @@
 //! Gated calls: what `#[leader_only]` expands to calls into.
 
+pub(crate) mod future;
+
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
@@ -7,9 +9,9 @@ use std::task::{Context, Poll};
 
 use pin_project_lite::pin_project;
 
-use crate::admission::{admit, run_admitted, GroupRef};
-use crate::global;
+use crate::group::admission::{admit, run_admitted, GroupRef};
 use crate::group::Group;
+use crate::runtime::global;
 
 /// One per gated call site (a `static`): the group and its cached handle.
 pub struct CallSite {

@@ -1,13 +1,15 @@
 //! Configuration: a builder that validates every combination up front.
 
+pub(crate) mod env;
+
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::backend::{MemoryBackend, RedisConfig, RedisOptions};
-use crate::events::LostReason;
-use crate::lease::Lease;
+use crate::group::lease::Lease;
 use crate::names::validate_prefix;
+use crate::observe::events::LostReason;
 use crate::{Error, Result};
 
 pub(crate) type ElectedCallback = Arc<dyn Fn(&str, &Lease) + Send + Sync>;
@@ -723,14 +725,14 @@ fn default_instance_id() -> String {
     format!(
         "{host}:{}:{:08x}",
         std::process::id(),
-        crate::jitter::random_u32()
+        crate::util::jitter::random_u32()
     )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::redact::redact_url;
+    use crate::util::redact::redact_url;
 
     fn mem() -> ConfigBuilder {
         Config::builder().memory(MemoryBackend::new())

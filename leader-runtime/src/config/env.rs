@@ -168,7 +168,7 @@ fn split(name: &'static str, urls: &str) -> Result<Vec<String>> {
         let gap_end = tail.find(|c: char| !is_sep(c)).unwrap_or(tail.len());
         (gap, rest) = tail.split_at(gap_end);
     }
-    if out.len() > 1 && !crate::redact::is_plain_url_list(urls) {
+    if out.len() > 1 && !crate::util::redact::is_plain_url_list(urls) {
         return Err(env_err(
             name,
             format!(
@@ -176,7 +176,7 @@ fn split(name: &'static str, urls: &str) -> Result<Vec<String>> {
                  a space or `://` ({}): give every URL the same user and password, \
                  percent-encoding any character other than letters, digits and `-._~` \
                  (`,` is %2C, a space %20, `@` %40, `/` %2F, `:` %3A)",
-                crate::redact::redact_text(urls.trim())
+                crate::util::redact::redact_text(urls.trim())
             ),
         ));
     }
@@ -306,7 +306,7 @@ mod tests {
     /// it.
     #[test]
     fn no_password_byte_in_errors_or_debug_for_any_value() {
-        use crate::redact::tricky::{assert_hidden, passwords};
+        use crate::util::redact::tricky::{assert_hidden, passwords};
         let shown = |pw: &str, what: &str, built: Result<Config>| match built {
             Ok(config) => assert_hidden(pw, what, &format!("{config:?}")),
             Err(e) => assert_hidden(pw, what, &format!("{e} {e:?}")),

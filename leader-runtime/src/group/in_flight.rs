@@ -68,7 +68,7 @@
 //! hand-over's check that nothing runs, and the end of a view keeping the
 //! leadership for runs in flight) follows a heavy fence issued after
 //! `admitting` last went from true to false: see `Runs::stop_admitting` and
-//! `Runs::quiesce` in `group.rs`. (`quiesce` may set `admitting` true again
+//! `Runs::quiesce` in `group/mod.rs`. (`quiesce` may set `admitting` true again
 //! when the count is not zero: the argument above holds for each interval
 //! in which it is false.)
 

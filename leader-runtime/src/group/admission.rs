@@ -31,13 +31,13 @@ use std::task::{Context, Poll};
 
 use pin_project_lite::pin_project;
 
+use crate::group::lease::Lease;
 use crate::group::Group;
-use crate::lease::Lease;
 
 /// Admit one gated run if this instance leads `group`, the view is valid now
 /// and the group is not draining. The gate's hot path: on a follower one
 /// atomic load; on a leader a count in and out on drop (a plain store each
-/// to this thread's slot: see [`in_flight`](crate::in_flight)), a few loads
+/// to this thread's slot: see [`in_flight`](crate::group::in_flight)), a few loads
 /// and one read of the monotonic clock (the kernel's coarse one, the precise
 /// one near the view's end: see [`clock`]). No lock, no allocation, and with
 /// a call site's `&'static Group` no reference count.

@@ -2,7 +2,7 @@
 //! `runtime`, so that `runtime` does not import `cron`, which builds on
 //! [`Runtime`].
 
-use crate::status::GroupStatus;
+use crate::group::status::GroupStatus;
 use crate::Runtime;
 
 impl Runtime {

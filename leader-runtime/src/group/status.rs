@@ -6,10 +6,10 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::lease::Tenure;
+use crate::group::lease::Tenure;
 use crate::Error;
 
-/// One group's state on this instance, as [`status`](crate::status) and
+/// One group's state on this instance, as [`status`](crate::status()) and
 /// [`Runtime::status`](crate::Runtime::status) report it.
 ///
 /// Taking it never touches the network, so a health check stays fast while
@@ -175,4 +175,5 @@ impl Observed {
 }
 
 #[cfg(test)]
+#[path = "status_tests.rs"]
 mod tests;

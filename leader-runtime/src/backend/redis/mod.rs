@@ -23,7 +23,7 @@ use super::heir::{Heir, HEIR_GRACE};
 use super::sentinel::SentinelConn;
 use super::{Acquire, Channels, Counts, Member, Notice, NoticeSink, Op, Renew, SafeStart};
 use crate::names::GroupKeys;
-use crate::redact::redact_url;
+use crate::util::redact::redact_url;
 use crate::{Error, Result};
 use unconfirmed::UnconfirmedWaits;
 
@@ -493,18 +493,18 @@ impl RedisBackend {
             notices,
             scripts: Arc::new(Scripts {
                 acquire: Script::new(concat!(
-                    include_str!("record.lua"),
-                    include_str!("acquire.lua")
+                    include_str!("../scripts/record.lua"),
+                    include_str!("../scripts/acquire.lua")
                 )),
                 acquire_many: Script::new(concat!(
-                    include_str!("record.lua"),
-                    include_str!("acquire_many.lua")
+                    include_str!("../scripts/record.lua"),
+                    include_str!("../scripts/acquire_many.lua")
                 )),
                 release: Script::new(concat!(
-                    include_str!("record.lua"),
-                    include_str!("release.lua")
+                    include_str!("../scripts/record.lua"),
+                    include_str!("../scripts/release.lua")
                 )),
-                members: Script::new(include_str!("members.lua")),
+                members: Script::new(include_str!("../scripts/members.lua")),
             }),
             min_replicas: config.options.min_replicas,
             wait_timeout: (call_timeout / 2).max(Duration::from_millis(1)),

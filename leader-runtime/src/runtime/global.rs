@@ -122,10 +122,10 @@ fn global_from_env() -> Option<&'static Runtime> {
 }
 
 fn from_env() -> Result<Runtime> {
-    Runtime::new(crate::env::builder()?.build()?)
+    Runtime::new(crate::config::env::builder()?.build()?)
 }
 
-// Defined here rather than in `runtime.rs`: the scope is this module's.
+// Defined here rather than in `runtime/mod.rs`: the scope is this module's.
 impl Runtime {
     /// Make this runtime the current one for `fut`: gated functions and the
     /// free functions called inside use it instead of the global runtime.
@@ -264,4 +264,5 @@ pub(crate) fn existing() -> Option<&'static Runtime> {
 }
 
 #[cfg(test)]
+#[path = "global_tests.rs"]
 mod tests;

@@ -12,12 +12,12 @@ use tokio_util::sync::CancellationToken;
 
 use crate::backend::heir::Heir;
 use crate::backend::{AttemptBatcher, Backend, Channels, NoticeSink, RedisBackend};
-use crate::balance::{spawn_heartbeat, Balance};
 use crate::config::{BackendConfig, Config};
-use crate::events::{Event, LostReason};
-use crate::lease::Lease;
+use crate::election::balance::{spawn_heartbeat, Balance};
+use crate::group::lease::Lease;
 use crate::names::{control_channel, members_key, release_channel};
-use crate::outage::Outage;
+use crate::observe::events::{Event, LostReason};
+use crate::observe::outage::Outage;
 use crate::Result;
 
 /// What every election of one runtime shares.

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tokio::runtime::{Handle, RuntimeFlavor};
 
-use crate::global;
+use crate::runtime::global;
 use crate::runtime::Runtime;
 
 /// How long dropping a [`ShutdownGuard`] waits for the hand-overs, unless
@@ -285,4 +285,5 @@ pub(crate) fn on_signal() -> impl Future<Output = ()> + Send + 'static {
 }
 
 #[cfg(test)]
+#[path = "shutdown_tests.rs"]
 mod tests;

@@ -1,6 +1,9 @@
 //! The election of one group: a task that campaigns as a follower, renews as
 //! leader, hands over on request, and campaigns again after any loss.
 
+pub(crate) mod balance;
+pub(crate) mod ctx;
+
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
@@ -10,13 +13,14 @@ use std::time::Duration;
 use tokio::time::{sleep_until, Instant};
 
 use crate::backend::{self, Acquire, Expiry, Op, Renew, SafeStart};
-use crate::balance::{hold_for, take_back_after, Balance, SHARE_GRACE, VAIN_HAND_OVERS};
-use crate::ctx::{Callback, Ctx};
-use crate::events::{Event, LostReason};
+use crate::election::balance::{hold_for, take_back_after, Balance, SHARE_GRACE, VAIN_HAND_OVERS};
+use crate::election::ctx::{Callback, Ctx};
+use crate::group::lease::{Lease, Tenure};
 use crate::group::{Command, Group, MailboxRx};
-use crate::lease::{Lease, Tenure};
 use crate::names::GroupKeys;
-use crate::{metrics, Error, Result};
+use crate::observe::events::{Event, LostReason};
+use crate::observe::metrics;
+use crate::{Error, Result};
 
 /// The acquisition that starts a leadership.
 struct Won {

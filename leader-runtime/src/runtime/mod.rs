@@ -1,5 +1,10 @@
 //! The runtime: a registry of groups, each with its election task.
 
+pub(crate) mod global;
+pub(crate) mod ready;
+mod report;
+pub(crate) mod shutdown;
+
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -9,17 +14,17 @@ use tokio::runtime::Handle;
 use tokio::sync::{broadcast, oneshot};
 use tokio_util::task::TaskTracker;
 
-use crate::admission;
 use crate::backend::fence::Target;
 use crate::backend::{self, Notice, NoticeSink, EVERY_GROUP};
 use crate::config::Config;
-use crate::ctx::Ctx;
 use crate::election;
-use crate::events::Event;
+use crate::election::ctx::Ctx;
+use crate::group::admission;
+use crate::group::lease::Lease;
 use crate::group::{self, Command, Group};
-use crate::lease::Lease;
 use crate::names::{validate_group, Control, GroupKeys};
-use crate::stats::Stats;
+use crate::observe::events::Event;
+use crate::observe::stats::Stats;
 use crate::{Error, Result};
 
 static NEXT_RUNTIME_ID: AtomicU64 = AtomicU64::new(1);
@@ -116,7 +121,7 @@ impl Shared {
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        crate::global::forget_runtime(self.id);
+        crate::runtime::global::forget_runtime(self.id);
         self.shared.ctx.stop.cancel();
         self.shared.tasks.close();
     }
@@ -182,7 +187,7 @@ impl Runtime {
                 shared,
             }),
         };
-        crate::global::register_runtime(&runtime);
+        crate::runtime::global::register_runtime(&runtime);
         Ok(runtime)
     }
 
@@ -553,7 +558,7 @@ impl Runtime {
     /// # }
     /// ```
     pub fn current_lease(&self) -> Option<Lease> {
-        crate::admission::current_lease()
+        crate::group::admission::current_lease()
     }
 
     /// Counters of `group` on this instance; `None` if the group was never used.
@@ -701,7 +706,7 @@ impl Runtime {
     /// What the cron module needs of this runtime: the backend, the
     /// config (key prefix, ttl, call timeout).
     #[cfg(feature = "cron")]
-    pub(crate) fn cron_ctx(&self) -> &Arc<crate::ctx::Ctx> {
+    pub(crate) fn cron_ctx(&self) -> &Arc<crate::election::ctx::Ctx> {
         self.ctx()
     }
 
@@ -836,12 +841,12 @@ impl Runtime {
 /// of either waits for that body, and a command to `group` may wait for the
 /// predecessor's (its election waits for it).
 fn inside_lineage(group: &Group) -> bool {
-    if crate::admission::inside(group) {
+    if crate::group::admission::inside(group) {
         return true;
     }
     let mut next = group.control.predecessor();
     while let Some(predecessor) = next {
-        if crate::admission::inside(&predecessor) {
+        if crate::group::admission::inside(&predecessor) {
             return true;
         }
         next = predecessor.control.predecessor();

@@ -87,7 +87,7 @@ impl Runtime {
 
     async fn await_ready(&self, groups: Vec<Arc<Group>>, timeout: Duration) -> Result<()> {
         // `Duration::MAX` (wait for good) must not overflow the clock.
-        let deadline = crate::clock::deadline_in(timeout);
+        let deadline = crate::util::clock::deadline_in(timeout);
         let not_ready = |last: Error| Error::NotReady {
             after: timeout,
             source: Box::new(last),
@@ -161,4 +161,5 @@ impl Runtime {
 }
 
 #[cfg(test)]
+#[path = "ready_tests.rs"]
 mod tests;

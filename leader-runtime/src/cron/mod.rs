@@ -40,7 +40,7 @@
 //!
 //! The scheduler fires the job every second; on the leader each firing
 //! decides the ticks due since the last one it decided (oldest first) in
-//! one script (`backend/claim.lua`) that checks the lease is ours (the lease
+//! one script (`backend/scripts/claim.lua`) that checks the lease is ours (the lease
 //! key holds our id and the record our token), keeps the job's latest
 //! decided tick (a watermark: an older tick never runs) and its run in
 //! flight, and records ticks that will not run in the job's history; a
@@ -51,7 +51,7 @@
 //! # Claimed, not run
 //!
 //! A claimed tick's body starts only after a second script
-//! (`backend/cron_start.lua`) marked the claim *started*, under the same
+//! (`backend/scripts/cron_start.lua`) marked the claim *started*, under the same
 //! lease (holder and token checked again) and while this instance's view
 //! is still valid. Until then the claim is *pending*. A pending claim of an
 //! older leadership can never start: its token never holds the lease again,
@@ -123,7 +123,8 @@ pub(crate) use self::registry::jobs_of;
 pub use self::registry::JobStatus;
 use crate::backend::cron::{busy_mark, Abandoned, ClaimRequest, Claimed, JobKeys, Mode};
 use crate::names::validate_group;
-use crate::{global, Error, Lease, Result, Runtime};
+use crate::runtime::global;
+use crate::{Error, Lease, Result, Runtime};
 
 /// Default [`JobBuilder::tolerance`].
 ///
@@ -634,8 +635,8 @@ impl JobBuilder {
             cancel_on_loss: self.cancel_on_loss,
             offset,
             created: Utc::now() + offset,
-            claimer: u64::from(crate::jitter::random_u32()) << 32
-                | u64::from(crate::jitter::random_u32()),
+            claimer: u64::from(crate::util::jitter::random_u32()) << 32
+                | u64::from(crate::util::jitter::random_u32()),
             tried: Mutex::new(BTreeSet::new()),
             gaps: Mutex::new(Gaps::default()),
             claiming: tokio::sync::Mutex::new(()),

@@ -12,7 +12,7 @@
 #[cfg(feature = "metrics")]
 use std::time::Duration;
 
-use crate::events::LostReason;
+use crate::observe::events::LostReason;
 
 /// Counter, label `group`: this instance became leader.
 #[cfg(feature = "metrics")]
@@ -131,4 +131,5 @@ pub(crate) fn renew_round_trip(_group: &str, _elapsed: std::time::Duration) {}
 pub(crate) fn acquire_attempt(_group: &str) {}
 
 #[cfg(all(test, feature = "metrics"))]
+#[path = "metrics_tests.rs"]
 pub(crate) mod tests;

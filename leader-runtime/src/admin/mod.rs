@@ -339,7 +339,7 @@ impl Admin {
                 by: p.by,
                 at: u64::try_from(p.at)
                     .ok()
-                    .and_then(crate::clock::wall_time_from_unix_ms)
+                    .and_then(crate::util::clock::wall_time_from_unix_ms)
                     .unwrap_or(UNIX_EPOCH),
                 reason: (!p.reason.is_empty()).then_some(p.reason),
             }),

@@ -1,6 +1,11 @@
 //! One group on this instance: the local view, admission of gated runs, and
 //! what the election and the gate share.
 
+pub(crate) mod admission;
+pub(crate) mod in_flight;
+pub(crate) mod lease;
+pub(crate) mod status;
+
 use std::collections::VecDeque;
 #[cfg(test)]
 use std::sync::atomic::AtomicU32;
@@ -15,11 +20,11 @@ use tokio::sync::{oneshot, Notify, SetOnce};
 use tokio::time::Instant;
 
 use crate::backend::fence::Target;
-use crate::clock;
-use crate::in_flight::InFlight;
-use crate::lease::{Lease, Tenure};
-use crate::stats::Counters;
-use crate::status::{GroupStatus, Observed};
+use crate::group::in_flight::InFlight;
+use crate::group::lease::{Lease, Tenure};
+use crate::group::status::{GroupStatus, Observed};
+use crate::observe::stats::Counters;
+use crate::util::clock;
 use crate::Result;
 
 /// A request to a group's election task.

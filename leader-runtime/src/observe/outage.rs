@@ -82,4 +82,5 @@ impl Outage {
 }
 
 #[cfg(test)]
+#[path = "outage_tests.rs"]
 mod tests;

@@ -6,7 +6,7 @@
 //! `current_lease()`, fencing tokens, the drain and loss are the ones of
 //! every gated body), and records the outcome with one backend call that
 //! applies only while the lease is still its own under its token
-//! (`backend/once.lua`). Every other caller waits for the result: it reads
+//! (`backend/scripts/once.lua`). Every other caller waits for the result: it reads
 //! it every `retry_interval`, and its own election takes over the lease when
 //! the runner releases it (a failure) or stops renewing it (a crash).
 
@@ -19,14 +19,14 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::broadcast::{self, error::RecvError};
 use tokio::time::{sleep, sleep_until, Instant};
 
-use crate::admission;
 use crate::backend::once::{Holder, OnceKeys, Step, Stored, Verdict};
 use crate::backend::{self};
-use crate::events::Event;
-use crate::global;
+use crate::group::admission;
+use crate::group::lease::Lease;
 use crate::group::Group;
-use crate::lease::Lease;
 use crate::names::{validate_group, MAX_GROUP_LEN};
+use crate::observe::events::Event;
+use crate::runtime::global;
 use crate::{BodyError, Error, Result, Runtime};
 
 /// The group of a run-once name is this prefix and the name.
@@ -481,7 +481,7 @@ fn record(name: &str, stored: &Stored, ran_under: Option<u64>) -> Option<OnceRec
         token: done.token,
         // A time no clock writes (not one the script wrote) shows as the
         // epoch, as a pause's does.
-        finished_at: crate::clock::wall_time_from_unix_ms(done.at_ms).unwrap_or(UNIX_EPOCH),
+        finished_at: crate::util::clock::wall_time_from_unix_ms(done.at_ms).unwrap_or(UNIX_EPOCH),
         summary: done.summary.clone(),
         attempts: stored.attempts,
         ran_here: ran_under == Some(done.token),
@@ -545,7 +545,7 @@ impl<'a> Call<'a> {
         S: Into<String>,
         E: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
-        let deadline = crate::clock::deadline_in(self.timeout);
+        let deadline = crate::util::clock::deadline_in(self.timeout);
         let _turn = tokio::time::timeout_at(deadline, turn(self.rt.id(), self.name))
             .await
             .map_err(|_| self.timed_out())?;

@@ -30,7 +30,7 @@ pub enum LostReason {
     Superseded,
     /// [`step_down`](crate::step_down) handed the lease over.
     SteppedDown,
-    /// [`shutdown`](crate::shutdown) (or dropping the runtime) released it.
+    /// [`shutdown`](crate::shutdown()) (or dropping the runtime) released it.
     Shutdown,
 }
 

@@ -2,9 +2,9 @@
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-use crate::events::LostReason;
+use crate::observe::events::LostReason;
 
-/// A snapshot of one group's counters on this instance; see [`stats`](crate::stats).
+/// A snapshot of one group's counters on this instance; see [`stats`](crate::stats()).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 ///
