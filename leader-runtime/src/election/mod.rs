@@ -16,7 +16,7 @@ use crate::backend::{self, Acquire, Expiry, Op, Renew, SafeStart};
 use crate::election::balance::{hold_for, take_back_after, Balance, SHARE_GRACE, VAIN_HAND_OVERS};
 use crate::election::ctx::{Callback, Ctx};
 use crate::group::lease::{Lease, Tenure};
-use crate::group::{Command, Group, MailboxRx};
+use crate::group::{Command, Group, GroupKind, MailboxRx};
 use crate::names::GroupKeys;
 use crate::observe::events::{Event, LostReason};
 use crate::observe::metrics;
@@ -68,7 +68,7 @@ pub(crate) async fn run(
     let _ended = EndsElection(group.clone(), ttl);
     let keys = GroupKeys::new(&ctx.config.key_prefix, &group.name);
     // A run-once body's lease is outside the balance: never handed over.
-    let balance = (ctx.balance.clone()).filter(|_| !crate::once::is_once_group(&group.name));
+    let balance = (ctx.balance.clone()).filter(|_| group.kind == GroupKind::User);
     let mut election = Election {
         group,
         ctx,

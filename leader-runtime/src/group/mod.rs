@@ -50,6 +50,8 @@ const MAX_RETIRED: usize = 64;
 /// ([`Control`]), and what it reports (`counters`, `observed`).
 pub(crate) struct Group {
     pub(crate) name: Arc<str>,
+    /// Who registered it, fixed at registration.
+    pub(crate) kind: GroupKind,
     pub(crate) view: View,
     pub(crate) runs: Runs,
     pub(crate) control: Control,
@@ -135,10 +137,23 @@ pub(crate) struct Control {
     ended: SetOnce<Option<Instant>>,
 }
 
+/// Who registered a group, recorded when it is registered (never read from
+/// its name).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum GroupKind {
+    /// Named by the user: a gated call, `run_if_leader`, `is_leader`, a cron
+    /// job. Takes part in balanced leadership.
+    User,
+    /// A run-once call's group (`once:<name>`), registered for the call:
+    /// outside balanced leadership, never handed over for it nor counted.
+    Once,
+}
+
 impl Group {
-    pub(crate) fn new(name: Arc<str>, commands: Mailbox) -> Self {
+    pub(crate) fn new(name: Arc<str>, kind: GroupKind, commands: Mailbox) -> Self {
         Self {
             name,
+            kind,
             view: View {
                 base: Instant::now(),
                 until: AtomicU64::new(0),

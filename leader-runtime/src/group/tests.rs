@@ -259,7 +259,11 @@ async fn a_drain_whose_fence_failed_never_reports_all_finished() {
 /// admit again (the first case).
 #[test]
 fn quiesce_admits_again_only_what_it_stopped_for_a_run_in_flight() {
-    let group = crate::group::Group::new("g".into(), crate::group::mailbox().0);
+    let group = crate::group::Group::new(
+        "g".into(),
+        crate::group::GroupKind::User,
+        crate::group::mailbox().0,
+    );
     let runs = &group.runs;
     runs.admitting.store(true, SeqCst);
     runs.enter();

@@ -32,12 +32,6 @@ use crate::{BodyError, Error, Result, Runtime};
 /// The group of a run-once name is this prefix and the name.
 const GROUP_PREFIX: &str = "once:";
 
-/// Whether `group` is a run-once name's group (outside balanced leadership:
-/// its lease is never handed over for the balance, nor counted).
-pub(crate) fn is_once_group(group: &str) -> bool {
-    group.starts_with(GROUP_PREFIX)
-}
-
 /// The longest summary and error text stored, in bytes (longer ones are cut).
 const MAX_TEXT: usize = 1024;
 
@@ -891,7 +885,7 @@ impl<'a> Registration<'a> {
         Ok(Self {
             rt,
             name,
-            group: rt.group(name)?,
+            group: rt.once_group(name)?,
             armed: true,
         })
     }

@@ -21,7 +21,7 @@ use crate::election;
 use crate::election::ctx::Ctx;
 use crate::group::admission;
 use crate::group::lease::Lease;
-use crate::group::{self, Command, Group};
+use crate::group::{self, Command, Group, GroupKind};
 use crate::names::{validate_group, Control, GroupKeys};
 use crate::observe::events::Event;
 use crate::observe::stats::Stats;
@@ -691,7 +691,7 @@ impl Runtime {
         let group = match self.registered(group) {
             Some(group) => group,
             None if eligible => return Ok(()),
-            None => self.register(group, false)?,
+            None => self.register(group, GroupKind::User, false)?,
         };
         group.control.set_eligible(eligible);
         let (reply, answer) = oneshot::channel();
@@ -767,12 +767,18 @@ impl Runtime {
 
     /// A registered group, or register it and start its election.
     pub(crate) fn group(&self, name: &str) -> Result<Arc<Group>> {
-        self.register(name, true)
+        self.register(name, GroupKind::User, true)
     }
 
-    /// A registered group, or register it (taking part in the election or
-    /// not) and start its election.
-    fn register(&self, name: &str, eligible: bool) -> Result<Arc<Group>> {
+    /// A run-once call's group (see [`GroupKind::Once`]), registered as
+    /// [`group`](Self::group) does.
+    pub(crate) fn once_group(&self, name: &str) -> Result<Arc<Group>> {
+        self.register(name, GroupKind::Once, true)
+    }
+
+    /// A registered group, or register it as `kind` (taking part in the
+    /// election or not) and start its election.
+    fn register(&self, name: &str, kind: GroupKind, eligible: bool) -> Result<Arc<Group>> {
         if let Some(group) = self.registered(name) {
             return Ok(group);
         }
@@ -787,7 +793,7 @@ impl Runtime {
         }
         let name: Arc<str> = Arc::from(name);
         let (commands, command_rx) = group::mailbox();
-        let group = Arc::new(Group::new(name.clone(), commands));
+        let group = Arc::new(Group::new(name.clone(), kind, commands));
         group.control.set_eligible(eligible);
         let ctx = &shared.ctx;
         let target = Target::new(
