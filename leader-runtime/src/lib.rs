@@ -458,14 +458,10 @@
 //!   So a follower (the heir, where there is one) *asks* at most 15 ms
 //!   after a crashed leader's lease expires, and a graceful handover takes
 //!   one round trip. With many groups per instance the last group's new
-//!   view begins later than that: on 2-core machines with 20 instances ×
-//!   5,000 groups on one Redis, a crash of the one leader of all 5,000 (it
-//!   renews them at ten phases, so they expire in waves of about 500) had
-//!   every group re-elected within 14–36 ms (p99) of its lease's expiry on
-//!   AMD EPYC guests, and 47–55 ms on an Intel Xeon guest (Emerald Rapids;
-//!   a build before the last of these changes); with balanced leadership,
-//!   where a crash frees one share, within 12–18 ms (BENCHMARKS.md, "A
-//!   fleet on one Redis");
+//!   view begins later than that: a leader of thousands renews them at a
+//!   few phases, so at a crash they expire in waves of hundreds, each taken
+//!   over by one call per follower; with balanced leadership a crash frees
+//!   only one share (figures in BENCHMARKS.md, "A fleet on one Redis");
 //! - the renewals of one instance that fall due together (on its renew
 //!   phase) go to Redis as one
 //!   `renew_many` call, and its follower attempts that fall due together as
@@ -718,23 +714,39 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
-// In layering order: a module uses only the ones above it (`tests/tidy.rs`).
-pub mod admin;
+// The layers, lowest first: a module uses only the ones above it, outside
+// its tests (ARCHITECTURE.md; checked by `tests/tidy.rs`). Blank lines keep
+// rustfmt from sorting them.
+mod util;
+
+mod error;
+
+mod names;
+
 mod backend;
+
+mod observe;
+
+mod group;
+
 mod config;
+
+mod election;
+
+mod runtime;
+
+mod gate;
+
+pub mod fence;
+
+mod once;
+
 #[cfg(feature = "cron")]
 #[cfg_attr(docsrs, doc(cfg(feature = "cron")))]
 pub mod cron;
-mod election;
-mod error;
-pub mod fence;
-mod gate;
-mod group;
-mod names;
-mod observe;
-mod once;
-mod runtime;
-mod util;
+
+pub mod admin;
+
 #[cfg(feature = "metrics")]
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub use crate::observe::metrics;
@@ -1058,9 +1070,7 @@ pub async fn forget(group: &str) -> Result<()> {
 /// # Ok(()) }
 /// ```
 pub async fn shutdown() {
-    if let Some(runtime) = global::current_existing() {
-        runtime.shutdown().await;
-    }
+    shutdown::current().await;
 }
 
 /// A guard that shuts the current runtime down when dropped: drains, releases

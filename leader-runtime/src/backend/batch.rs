@@ -229,8 +229,7 @@ impl RenewBatcher {
     /// own (on the grid of `EARLY_STEP` when the phase is), at most one per
     /// slot, each group on one by its name's hash (`phases.rs`): a crash
     /// frees its leases in waves, at the cost of a few more calls (a phase
-    /// of 400–500 groups sometimes takes two; 27.8–30.0 against 21.7
-    /// script calls/s at 20 × 5,000 with one leader, BENCHMARKS.md).
+    /// of 400–500 groups sometimes takes two; BENCHMARKS.md).
     pub(crate) fn align(&self, due: Instant, every: Duration, group: &str) -> Instant {
         let every_ns = every.as_nanos();
         // Nothing to divide by, or an interval of centuries (the products
@@ -727,8 +726,7 @@ async fn run_attempts(
     let cluster = backend.is_cluster();
     // A quiet period on Redis, as for renewals: without it, the attempts
     // of one instant split into several calls when the OS preempts a
-    // worker thread (20 x 5,000 balanced: 43 acquire calls/s against 26
-    // with it, BENCHMARKS.md). In memory nothing is saved by waiting (and
+    // worker thread (BENCHMARKS.md). In memory nothing is saved by waiting (and
     // paused-time tests keep their exact instants).
     let (wait, prompt) = match backend {
         Backend::Redis(_) => (Wait::within(call_timeout), Wait::prompt(call_timeout)),

@@ -420,11 +420,9 @@ impl ConfigBuilder {
     /// one Redis, its 5,000 leases are taken over at once at its expiry:
     /// unbalanced, one follower per group (its heir) asks then and the
     /// others 200 ms later, and the take-overs alone keep Redis busy for
-    /// tens of ms (p99 101–142 ms after the expiry on an AMD EPYC host;
-    /// 154–723 ms, depending on the CPU, before heirs); balanced, the 250
-    /// of the crashed instance's share are led again within 17–54 ms of it
-    /// (the 54 from the slowest host measured; `BENCHMARKS.md`, "A fleet on
-    /// one Redis"). Heirs are off with balancing (see `backend/heir.rs`).
+    /// tens of ms; balanced, only the crashed instance's share (250 groups)
+    /// is taken over, sooner (figures in `BENCHMARKS.md`, "A fleet on one
+    /// Redis"). Heirs are off with balancing.
     ///
     /// Membership is a hash
     /// `{prefix}:balance` in the backend (one key, so one slot on a
@@ -499,9 +497,9 @@ impl ConfigBuilder {
         self
     }
 
-    /// Send each follower acquire attempt alone and unaligned, as releases
-    /// before follower batching did: only for measuring what the batching
-    /// saves (the load bench's baseline). Not part of the stable API.
+    /// Send each follower acquire attempt alone and unaligned: only for
+    /// measuring what the batching saves (the load bench's baseline). Not
+    /// part of the stable API.
     #[doc(hidden)]
     pub fn unbatched_follower_attempts(mut self) -> Self {
         self.unbatched_attempts = true;

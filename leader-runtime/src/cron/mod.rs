@@ -118,11 +118,10 @@ use croner::Cron;
 use futures_util::FutureExt;
 use tokio_cron_scheduler::Job;
 
-pub use self::history::{history, Outcome, Run, TickResult};
-pub(crate) use self::registry::jobs_of;
-pub use self::registry::JobStatus;
+pub use self::history::{history, TickResult};
 use crate::backend::cron::{busy_mark, Abandoned, ClaimRequest, Claimed, JobKeys, Mode};
 use crate::names::validate_group;
+pub use crate::observe::jobs::{JobStatus, Missed, Outcome, Overlap, Run};
 use crate::runtime::global;
 use crate::{Error, Lease, Result, Runtime};
 
@@ -156,88 +155,6 @@ pub const DEFAULT_MAX_CATCH_UP: usize = 16;
 
 /// Most ticks one firing considers (oldest dropped first).
 const LOOK_BACK_TICKS: usize = 1024;
-
-/// Whether a tick may start while a run of the same job is in flight.
-///
-/// # Examples
-///
-/// ```
-/// use leader_runtime::cron::{JobBuilder, Overlap};
-///
-/// // A job whose runs may overlap (each tick writes its own partition).
-/// let builder = JobBuilder::new("*/10 * * * * *", "etl").name("partition").overlap(Overlap::Allow);
-/// # drop(builder);
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub enum Overlap {
-    /// A tick does not start while a run of the job is in flight anywhere
-    /// in the fleet (on this leader, or on an earlier leader still
-    /// finishing); it is recorded as [`Outcome::SkippedOverlap`]. The
-    /// default. A run counts as in flight while its instance keeps its mark
-    /// alive (every ttl / 3), so a crashed one stops counting after one ttl.
-    /// A tick missed in a gap (already late when the leader first saw it)
-    /// that the [`Missed`] policy catches up is not skipped: it waits for
-    /// the run in flight, so [`Missed::All`]'s catch-ups run one after
-    /// another, oldest first, however long each takes; ticks that came due
-    /// meanwhile are skipped as usual.
-    #[default]
-    Skip,
-    /// Ticks start on time whatever else runs.
-    Allow,
-}
-
-/// What happens to ticks missed while nobody led (a crash, an outage, a
-/// restart or redeploy of the whole fleet): ticks later than the
-/// [`tolerance`](JobBuilder::tolerance). The next leader looks back to the
-/// job's last decided tick, kept in the backend (at most 1024 ticks); a
-/// job the backend has no decided tick of (a new one) looks back to when
-/// it was built — but its first claim under a lease record refuses ticks
-/// more than `ttl − tolerance` old (recorded as missed): the backend cannot
-/// tell a new job from one whose decisions were lost with the record, and
-/// fails closed.
-///
-/// A tick a leader claimed but whose body never started (its view ended
-/// first, or it died in between) is missed too: the next leadership
-/// decides it by this policy, after recording it
-/// [`abandoned`](Outcome::Abandoned); see [claimed, not run](self#claimed-not-run).
-///
-/// # Examples
-///
-/// ```
-/// use std::time::Duration;
-/// use leader_runtime::cron::{JobBuilder, Missed};
-///
-/// // Every missed tick of the last hour runs (at most 16 of them, the default cap).
-/// let builder = JobBuilder::new("0 * * * * *", "billing")
-///     .name("invoice")
-///     .missed(Missed::All { window: Duration::from_secs(3600) });
-/// # drop(builder);
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub enum Missed {
-    /// Missed ticks do not run; they are recorded as [`Outcome::Missed`].
-    /// The default.
-    #[default]
-    Skip,
-    /// The latest missed tick runs once, late ([`Tick::catch_up`]); the
-    /// others are recorded as missed. A catch-up already waiting for a run
-    /// in flight stays the one: a tick seen on time that turns late behind
-    /// it is recorded as missed.
-    Latest,
-    /// Every missed tick at most `window` late (at most [`MAX_WINDOW`])
-    /// runs, oldest first, up to [`max_catch_up`](JobBuilder::max_catch_up)
-    /// of them (the latest ones); the others are recorded as missed. With
-    /// [`Overlap::Skip`] each catch-up waits for the run before it, oldest
-    /// first; a tick that comes due on time meanwhile is skipped as
-    /// overlapping ([`Outcome::SkippedOverlap`]), as [`Overlap::Skip`]
-    /// says.
-    All {
-        /// How late a tick may still run.
-        window: Duration,
-    },
-}
 
 /// A tokio-cron-scheduler job on `schedule` (six fields, seconds first, UTC:
 /// `"0 */5 * * * *"`) whose body `f` runs only on the instance that leads
@@ -1037,7 +954,7 @@ impl Shared {
     }
 
     async fn run_due(&self, runtime: &Runtime, now: DateTime<Utc>) {
-        let Some(lease) = crate::current_lease() else {
+        let Some(lease) = crate::group::admission::current_lease() else {
             return;
         };
         let ctx = runtime.cron_ctx();

@@ -85,8 +85,8 @@ impl CallSite {
 /// another runtime than the cached one) and `cancel_on_loss` bodies run in a
 /// boxed future, so that their larger state does not weigh on the common path.
 // Always inlined into the gated function: out of line, the returned future
-// went through memory and was dropped by a separate call, 12 ns of a 25 ns
-// budget in the gate bench (BENCHMARKS.md).
+// goes through memory and is dropped by a separate call, a large share of the
+// gate's budget (the gate bench, BENCHMARKS.md).
 #[inline(always)]
 pub fn gate_async<T, F>(
     site: &'static CallSite,

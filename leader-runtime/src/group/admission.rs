@@ -10,7 +10,7 @@
 //! cached group, a `&'static Group`: that admission fits in a `Copy`
 //! thread-local, which the scope sets and restores in a few instructions (a
 //! tokio task-local keeps a `RefCell<Option<T>>` with a destructor, several
-//! times the cost, and the gate's whole budget is 25 ns). An admission
+//! times the cost, for a gate whose whole budget is a few nanoseconds). An admission
 //! through a shared group handle (the first call of a site, another runtime
 //! than the cached one, `Runtime::run_if_leader`) lives in a tokio
 //! task-local; the thread-local then says to look there. Either way the

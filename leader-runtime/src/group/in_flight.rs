@@ -1,8 +1,8 @@
 //! The count of a group's gated runs in flight, cheap to change on the
 //! gate's path and exact for the drain that waits for it.
 //!
-//! A locked read-modify-write (`fetch_add`) on one shared counter costs
-//! 5–10 ns on x86 whether or not another thread touches it, and the gate did
+//! A locked read-modify-write (`fetch_add`) on one shared counter is costly
+//! on x86 whether or not another thread touches it, and the gate would do
 //! two per call (in, and out). Here each thread owns a *slot* of every
 //! group's count and changes it with a plain load and store: no `lock`
 //! prefix, no fence on the gate's side. The side that reads the count (the

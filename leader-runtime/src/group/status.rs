@@ -81,7 +81,7 @@ pub struct GroupStatus {
     /// [`cron::history`](crate::cron::history())).
     #[cfg(feature = "cron")]
     #[cfg_attr(docsrs, doc(cfg(feature = "cron")))]
-    pub cron_jobs: Vec<crate::cron::JobStatus>,
+    pub cron_jobs: Vec<crate::observe::jobs::JobStatus>,
 }
 
 /// What the election tells the status page; written by the election task,

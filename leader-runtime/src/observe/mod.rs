@@ -2,6 +2,8 @@
 //! counters, the `metrics` facade, and the outage log.
 
 pub(crate) mod events;
+#[cfg(feature = "cron")]
+pub(crate) mod jobs;
 #[cfg(feature = "metrics")]
 pub mod metrics;
 #[cfg(not(feature = "metrics"))]

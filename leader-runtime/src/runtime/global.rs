@@ -207,8 +207,8 @@ impl<F: Future> Future for Scope<F> {
 
 /// `SCOPED_ID` set for as long as this lives; the outer id comes back on
 /// drop, also when the future panics. The twin of `admission::Enter` on
-/// purpose: one generic guard holding a `&'static LocalKey` served both, but
-/// cost the gated call 10–12 instructions more (callgrind, 2026-12-02).
+/// purpose: one generic guard holding a `&'static LocalKey` for both costs
+/// the gated call more instructions.
 struct EnterScope(u64);
 
 impl EnterScope {

@@ -1,6 +1,6 @@
-//! [`Runtime::status`]: each group's state with its cron jobs. Apart from
-//! `runtime`, so that `runtime` does not import `cron`, which builds on
-//! [`Runtime`].
+//! [`Runtime::status`]: each group's state with its cron jobs, read from
+//! the jobs board (`observe::jobs`) that `cron` fills, so that the runtime
+//! does not import `cron`, which builds on it.
 
 use crate::group::status::GroupStatus;
 use crate::Runtime;
@@ -37,8 +37,10 @@ impl Runtime {
             .map(|g| g.status(self.instance_id()))
             .collect();
         #[cfg(feature = "cron")]
+        let is_global = super::global::existing().is_some_and(|g| g.id() == self.id());
+        #[cfg(feature = "cron")]
         for s in &mut status {
-            s.cron_jobs = crate::cron::jobs_of(self, &s.group);
+            s.cron_jobs = crate::observe::jobs::jobs_of(self.id(), is_global, &s.group);
         }
         status.sort_by(|a, b| a.group.cmp(&b.group));
         status

@@ -280,7 +280,14 @@ pub(crate) fn on_signal() -> impl Future<Output = ()> + Send + 'static {
             signal = name,
             "signal received: draining and releasing every lease"
         );
-        crate::shutdown().await;
+        current().await;
+    }
+}
+
+/// Shut the current runtime down ([`crate::shutdown`]).
+pub(crate) async fn current() {
+    if let Some(runtime) = global::current_existing() {
+        runtime.shutdown().await;
     }
 }
 

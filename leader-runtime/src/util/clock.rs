@@ -2,8 +2,8 @@
 //!
 //! The view ends at an instant of tokio's clock (the election's clock, which
 //! paused-time tests drive). Reading it precisely costs a `CLOCK_MONOTONIC`
-//! read: 30–40 ns on a virtual machine, more than everything else the gate
-//! does. The kernel's `CLOCK_MONOTONIC_COARSE` is the same clock as of the
+//! read, which on a virtual machine costs more than everything else the
+//! gate does (BENCHMARKS.md). The kernel's `CLOCK_MONOTONIC_COARSE` is the same clock as of the
 //! last timer tick and reads in a few nanoseconds, but it lags: by up to one
 //! tick (1–10 ms) normally, longer only if the kernel's timekeeping itself
 //! stalls.
