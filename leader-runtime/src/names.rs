@@ -138,7 +138,7 @@ pub(crate) fn parse_notice(payload: &str) -> Option<(&str, &str)> {
 }
 
 /// The pub/sub channel on which operators' requests to every group under
-/// `prefix` are published (see [`Control`]).
+/// `prefix` are published (see [`ControlRequest`]).
 pub(crate) fn control_channel(prefix: &str) -> String {
     format!("{prefix}:control")
 }
@@ -147,7 +147,7 @@ pub(crate) fn control_channel(prefix: &str) -> String {
 /// `"<verb> <group>"`, or `"step-down <group> <token> <holder>"` (the token
 /// before the holder: instance ids may contain spaces).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Control {
+pub(crate) enum ControlRequest {
     /// The group was paused: its leader renews now, sees the pause, and hands over.
     Pause,
     /// The pause ended: followers try to acquire now.
@@ -163,28 +163,30 @@ pub(crate) enum Control {
     },
 }
 
-impl Control {
+impl ControlRequest {
     /// The payload asking this of `group`.
     pub(crate) fn message(&self, group: &str) -> String {
         match self {
-            Control::Pause => format!("pause {group}"),
-            Control::Resume => format!("resume {group}"),
-            Control::StepDown { token, holder } => format!("step-down {group} {token} {holder}"),
+            ControlRequest::Pause => format!("pause {group}"),
+            ControlRequest::Resume => format!("resume {group}"),
+            ControlRequest::StepDown { token, holder } => {
+                format!("step-down {group} {token} {holder}")
+            }
         }
     }
 
-    /// A payload as [`Control::message`] wrote it: the request and its group.
-    pub(crate) fn parse(payload: &str) -> Option<(Control, &str)> {
+    /// A payload as [`ControlRequest::message`] wrote it: the request and its group.
+    pub(crate) fn parse(payload: &str) -> Option<(ControlRequest, &str)> {
         let (verb, rest) = payload.split_once(' ')?;
         match verb {
-            "pause" => Some((Control::Pause, rest)),
-            "resume" => Some((Control::Resume, rest)),
+            "pause" => Some((ControlRequest::Pause, rest)),
+            "resume" => Some((ControlRequest::Resume, rest)),
             "step-down" => {
                 let (group, rest) = rest.split_once(' ')?;
                 let (token, holder) = rest.split_once(' ')?;
                 let token = token.parse().ok()?;
                 let holder = holder.to_owned();
-                Some((Control::StepDown { token, holder }, group))
+                Some((ControlRequest::StepDown { token, holder }, group))
             }
             _ => None,
         }
@@ -272,16 +274,23 @@ mod tests {
 
     #[test]
     fn control_messages_round_trip() {
-        let step_down = Control::StepDown {
+        let step_down = ControlRequest::StepDown {
             token: 17,
             holder: "host:1 x".into(),
         };
         assert_eq!(step_down.message("g"), "step-down g 17 host:1 x");
-        for req in [Control::Pause, Control::Resume, step_down] {
+        for req in [ControlRequest::Pause, ControlRequest::Resume, step_down] {
             let msg = req.message("jobs");
-            assert_eq!(Control::parse(&msg), Some((req.clone(), "jobs")), "{msg}");
+            assert_eq!(
+                ControlRequest::parse(&msg),
+                Some((req.clone(), "jobs")),
+                "{msg}"
+            );
         }
-        assert_eq!(Control::message(&Control::Pause, "g"), "pause g");
+        assert_eq!(
+            ControlRequest::message(&ControlRequest::Pause, "g"),
+            "pause g"
+        );
         for bad in [
             "",
             "pause",
@@ -290,7 +299,7 @@ mod tests {
             "step-down g a",
             "step-down g x a",
         ] {
-            assert_eq!(Control::parse(bad), None, "{bad:?}");
+            assert_eq!(ControlRequest::parse(bad), None, "{bad:?}");
         }
     }
 }

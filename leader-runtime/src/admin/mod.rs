@@ -43,9 +43,9 @@ use tokio::sync::mpsc;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 use crate::backend::admin::{PauseMark, PauseRequest};
-use crate::backend::{Backend, Channels, Notice as WireNotice, RedisBackend};
+use crate::backend::{Backend, ChannelNotice, Channels, RedisBackend};
 use crate::config::BackendConfig;
-use crate::names::{control_channel, release_channel, validate_group, Control, GroupKeys};
+use crate::names::{control_channel, release_channel, validate_group, ControlRequest, GroupKeys};
 use crate::{Config, Result};
 
 /// A connection to the backend of a fleet, for operators' requests.
@@ -367,7 +367,8 @@ impl Admin {
             at,
             reason: reason.unwrap_or_default().to_owned(),
         };
-        self.set_pause(group, Some(&mark), Control::Pause).await
+        self.set_pause(group, Some(&mark), ControlRequest::Pause)
+            .await
     }
 
     /// End the pause of `group`; returns whether it was paused.
@@ -377,10 +378,15 @@ impl Admin {
     /// As [`group`](Self::group).
     pub async fn resume(&self, group: &str) -> Result<bool> {
         validate_group(group)?;
-        self.set_pause(group, None, Control::Resume).await
+        self.set_pause(group, None, ControlRequest::Resume).await
     }
 
-    async fn set_pause(&self, group: &str, mark: Option<&PauseMark>, c: Control) -> Result<bool> {
+    async fn set_pause(
+        &self,
+        group: &str,
+        mark: Option<&PauseMark>,
+        c: ControlRequest,
+    ) -> Result<bool> {
         let keys = GroupKeys::new(&self.prefix, group);
         let channel = control_channel(&self.prefix);
         let message = c.message(group);
@@ -416,7 +422,7 @@ impl Admin {
                     .to_owned(),
             });
         };
-        let message = Control::StepDown {
+        let message = ControlRequest::StepDown {
             token,
             holder: holder.clone(),
         }
@@ -474,7 +480,7 @@ impl Admin {
         let (tx, rx) = mpsc::unbounded_channel();
         let stop = CancellationToken::new();
         let _runtime = self.handle.enter();
-        let sink = std::sync::Arc::new(move |notice: WireNotice<'_>| {
+        let sink = std::sync::Arc::new(move |notice: ChannelNotice<'_>| {
             let _ = tx.send(Notice::from_wire(notice));
         });
         self.backend.spawn_notices(
@@ -517,22 +523,22 @@ impl GroupInfo {
 }
 
 impl Notice {
-    fn from_wire(notice: WireNotice<'_>) -> Self {
+    fn from_wire(notice: ChannelNotice<'_>) -> Self {
         match notice {
-            WireNotice::Released {
+            ChannelNotice::Released {
                 group: crate::backend::EVERY_GROUP,
                 ..
             } => Notice::Reconnected,
-            WireNotice::Released { group, by } => Notice::Released {
+            ChannelNotice::Released { group, by } => Notice::Released {
                 group: group.to_owned(),
                 instance_id: by.to_owned(),
             },
-            WireNotice::Control { group, request } => {
+            ChannelNotice::Control { group, request } => {
                 let group = group.to_owned();
                 match request {
-                    Control::Pause => Notice::Paused { group },
-                    Control::Resume => Notice::Resumed { group },
-                    Control::StepDown { token, holder } => Notice::StepDownRequested {
+                    ControlRequest::Pause => Notice::Paused { group },
+                    ControlRequest::Resume => Notice::Resumed { group },
+                    ControlRequest::StepDown { token, holder } => Notice::StepDownRequested {
                         group,
                         holder,
                         token,

@@ -501,6 +501,7 @@ impl ConfigBuilder {
     /// measuring what the batching saves (the load bench's baseline). Not
     /// part of the stable API.
     #[doc(hidden)]
+    #[cfg(any(test, feature = "test-hooks"))]
     pub fn unbatched_follower_attempts(mut self) -> Self {
         self.unbatched_attempts = true;
         self

@@ -441,6 +441,7 @@ impl JobBuilder {
     /// Not public API: shift this job's clock, to play hosts whose clocks
     /// disagree in one process (tests).
     #[doc(hidden)]
+    #[cfg(any(test, feature = "test-hooks"))]
     pub fn clock_offset_ms(mut self, offset_ms: i64) -> Self {
         self.clock_offset_ms = offset_ms;
         self
@@ -491,7 +492,7 @@ impl JobBuilder {
         .map_err(|e| schedule_err(&e))
     }
 
-    fn prepare<F, Fut>(self, f: F) -> Result<Shared>
+    fn prepare<F, Fut>(self, f: F) -> Result<JobShared>
     where
         F: Fn(Tick) -> Fut + Send + Sync + 'static,
         Fut: Future + Send + 'static,
@@ -536,7 +537,7 @@ impl JobBuilder {
             Missed::All { window } => TimeDelta::from_std(window).unwrap_or(TimeDelta::zero()),
             _ => TimeDelta::zero(),
         };
-        Ok(Shared {
+        Ok(JobShared {
             group: self.group,
             name,
             schedule: self.schedule,
@@ -665,7 +666,7 @@ fn schedule_err(e: &dyn std::fmt::Display) -> Error {
     }
 }
 
-/// Whether a claimed tick's body may start ([`Shared::start`]).
+/// Whether a claimed tick's body may start ([`JobShared::start`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Start {
     /// Marked started under our lease, and our view is still valid.
@@ -705,7 +706,7 @@ struct Gaps {
 }
 
 /// What every firing of one job shares.
-struct Shared {
+struct JobShared {
     group: String,
     name: String,
     schedule: String,
@@ -744,7 +745,7 @@ struct Shared {
     body: Body,
 }
 
-impl Shared {
+impl JobShared {
     fn now(&self) -> DateTime<Utc> {
         Utc::now() + self.offset
     }

@@ -4,11 +4,11 @@
 
 use std::sync::{Arc, PoisonError};
 
-use super::{JobStatus, Shared};
-use crate::observe::jobs::{self, JobSource, Registration};
+use super::{JobShared, JobStatus};
+use crate::observe::jobs::{self, BoardPlace, JobSource};
 use crate::{Result, Runtime};
 
-impl JobSource for Shared {
+impl JobSource for JobShared {
     fn status(&self) -> JobStatus {
         JobStatus {
             name: self.name.clone(),
@@ -29,7 +29,7 @@ impl JobSource for Shared {
 
 /// Put the job on the board (its runtime's id; 0: the process-wide one at
 /// each tick), held by its scheduler job: dropping it frees the name.
-pub(super) fn register(shared: &Arc<Shared>) -> Result<Registration> {
+pub(super) fn register(shared: &Arc<JobShared>) -> Result<BoardPlace> {
     let runtime = shared.runtime.as_ref().map_or(0, Runtime::id);
     let weak: std::sync::Weak<dyn JobSource> = Arc::downgrade(shared) as _;
     jobs::register(runtime, &shared.group, &shared.name, weak)

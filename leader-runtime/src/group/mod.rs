@@ -31,7 +31,7 @@ use crate::Result;
 pub(crate) enum Command {
     StepDown(oneshot::Sender<Result<()>>),
     /// The eligibility flag changed (it is already stored in
-    /// [`Control`]): hand over if it is now false and we lead, campaign
+    /// [`Steering`]): hand over if it is now false and we lead, campaign
     /// again if it is now true.
     SetEligible(bool, oneshot::Sender<Result<()>>),
     /// The group was forgotten ([`Runtime::forget`](crate::Runtime::forget)):
@@ -47,14 +47,14 @@ const MAX_RETIRED: usize = 64;
 
 /// One group on this instance, in named parts: what the gate reads
 /// ([`View`]), the gated runs in flight ([`Runs`]), what steers the election
-/// ([`Control`]), and what it reports (`counters`, `observed`).
+/// ([`Steering`]), and what it reports (`counters`, `observed`).
 pub(crate) struct Group {
     pub(crate) name: Arc<str>,
     /// Who registered it, fixed at registration.
     pub(crate) kind: GroupKind,
     pub(crate) view: View,
     pub(crate) runs: Runs,
-    pub(crate) control: Control,
+    pub(crate) control: Steering,
     pub(crate) counters: Counters,
     /// What the status page shows.
     pub(crate) observed: Observed,
@@ -101,7 +101,7 @@ pub(crate) struct Runs {
 }
 
 /// What steers the group's election from outside it.
-pub(crate) struct Control {
+pub(crate) struct Steering {
     pub(crate) commands: Mailbox,
     /// A release notice from another instance arrived (or the notice
     /// connection came back: leaders renew at once).
@@ -169,7 +169,7 @@ impl Group {
                 #[cfg(test)]
                 busy_blind: AtomicBool::new(false),
             },
-            control: Control {
+            control: Steering {
                 commands,
                 released: Notify::new(),
                 requested: Notify::new(),
@@ -460,7 +460,7 @@ impl Runs {
     }
 }
 
-impl Control {
+impl Steering {
     /// The election finished its first acquisition round.
     pub(crate) fn mark_first_round(&self) {
         let _ = self.first_round.set(());

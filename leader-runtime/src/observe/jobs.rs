@@ -233,11 +233,11 @@ fn board() -> &'static Board {
 
 /// A job's place on the board, left when dropped (unless another job of
 /// that key took it since).
-pub(crate) struct Registration {
+pub(crate) struct BoardPlace {
     key: Key,
 }
 
-impl Drop for Registration {
+impl Drop for BoardPlace {
     fn drop(&mut self) {
         let mut jobs = board().lock().unwrap_or_else(PoisonError::into_inner);
         if jobs.get(&self.key).is_some_and(|w| w.strong_count() == 0) {
@@ -253,7 +253,7 @@ pub(crate) fn register(
     group: &str,
     name: &str,
     job: Weak<dyn JobSource>,
-) -> Result<Registration> {
+) -> Result<BoardPlace> {
     let key = (runtime, group.to_owned(), name.to_owned());
     let mut jobs = board().lock().unwrap_or_else(PoisonError::into_inner);
     jobs.retain(|_, w| w.strong_count() > 0);
@@ -266,7 +266,7 @@ pub(crate) fn register(
         });
     }
     jobs.insert(key.clone(), job);
-    Ok(Registration { key })
+    Ok(BoardPlace { key })
 }
 
 /// The jobs of `group` on the runtime `runtime` (`is_global`: it is the

@@ -15,14 +15,14 @@ use tokio::sync::{broadcast, oneshot};
 use tokio_util::task::TaskTracker;
 
 use crate::backend::fence::Target;
-use crate::backend::{self, Notice, NoticeSink, EVERY_GROUP};
+use crate::backend::{self, ChannelNotice, NoticeSink, EVERY_GROUP};
 use crate::config::Config;
 use crate::election;
 use crate::election::ctx::Ctx;
 use crate::group::admission;
 use crate::group::lease::Lease;
 use crate::group::{self, Command, Group, GroupKind};
-use crate::names::{validate_group, Control, GroupKeys};
+use crate::names::{validate_group, ControlRequest, GroupKeys};
 use crate::observe::events::Event;
 use crate::observe::stats::Stats;
 use crate::{Error, Result};
@@ -890,13 +890,13 @@ const REPORTED_NAMES: usize = 64;
 /// Route release notices to the waiting group (ignoring our own), and
 /// control requests to the group they name.
 fn notice_sink(shared: Weak<Shared>) -> NoticeSink {
-    Arc::new(move |notice: Notice<'_>| {
+    Arc::new(move |notice: ChannelNotice<'_>| {
         let Some(shared) = shared.upgrade() else {
             return;
         };
         match notice {
-            Notice::Released { by, .. } if by == shared.ctx.config.instance_id => {}
-            Notice::Released {
+            ChannelNotice::Released { by, .. } if by == shared.ctx.config.instance_id => {}
+            ChannelNotice::Released {
                 group: EVERY_GROUP, ..
             } => {
                 // Leaders renew now. Followers go on pacing themselves (a
@@ -907,13 +907,13 @@ fn notice_sink(shared: Weak<Shared>) -> NoticeSink {
                     group.control.released.notify_one();
                 }
             }
-            Notice::Released { group, by } => {
+            ChannelNotice::Released { group, by } => {
                 if let Some(group) = shared.get(group) {
                     tracing::debug!(group = %group.name, by, "release notice");
                     group.control.released.notify_one();
                 }
             }
-            Notice::Control { group, request } => {
+            ChannelNotice::Control { group, request } => {
                 if let Some(group) = shared.get(group) {
                     control(&shared.ctx.config.instance_id, &group, request);
                 }
@@ -930,11 +930,11 @@ fn notice_sink(shared: Weak<Shared>) -> NoticeSink {
 /// it is kept for that leadership (which may not have begun yet), and wakes
 /// the election only when that leadership runs — a late or repeated request
 /// must not wake a follower out of its step-down cooldown.
-fn control(instance_id: &str, group: &Group, request: Control) {
+fn control(instance_id: &str, group: &Group, request: ControlRequest) {
     tracing::debug!(group = %group.name, ?request, "control request");
     match request {
-        Control::Pause | Control::Resume => group.control.requested.notify_one(),
-        Control::StepDown { token, holder } if holder == instance_id && token != 0 => {
+        ControlRequest::Pause | ControlRequest::Resume => group.control.requested.notify_one(),
+        ControlRequest::StepDown { token, holder } if holder == instance_id && token != 0 => {
             group.control.step_down_token.store(token, Ordering::SeqCst);
             // SeqCst, as the election's store of leading_token then load of
             // step_down_token: one of the two sees the other's write.
@@ -942,7 +942,7 @@ fn control(instance_id: &str, group: &Group, request: Control) {
                 group.control.requested.notify_one();
             }
         }
-        Control::StepDown { .. } => {}
+        ControlRequest::StepDown { .. } => {}
     }
 }
 
