@@ -911,7 +911,7 @@ impl LeaseModel {
                 }
             }
             Answer::Renewed(_) => {
-                // -1 superseded, 0 gone: the view ends at once (as `election.rs` does), and
+                // -1 superseded, 0 gone: the view ends at once (as `leader-runtime`'s election does), and
                 // the client campaigns again.
                 c.holder = false;
                 c.view = None;

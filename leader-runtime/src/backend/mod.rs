@@ -60,7 +60,7 @@ pub(crate) enum Acquire {
 }
 
 /// What a member of a balanced fleet publishes with each membership
-/// refresh (see `balance.rs`).
+/// refresh (see `election/balance.rs`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Counts {
     /// How many groups it leads (`once:` groups left out).

@@ -45,7 +45,7 @@ pub struct Config {
     /// Send each follower attempt alone, as before attempts were batched
     /// (the load bench's baseline).
     pub(crate) unbatched_attempts: bool,
-    /// Each live instance leads its share of the groups (see `balance.rs`).
+    /// Each live instance leads its share of the groups (see `election/balance.rs`).
     pub(crate) balance: bool,
     pub(crate) instance_id: String,
     pub(crate) key_prefix: String,

@@ -54,7 +54,7 @@ pub enum Overlap {
 /// A tick a leader claimed but whose body never started (its view ended
 /// first, or it died in between) is missed too: the next leadership
 /// decides it by this policy, after recording it
-/// [`abandoned`](Outcome::Abandoned); see [claimed, not run](self#claimed-not-run).
+/// [`abandoned`](Outcome::Abandoned); see [claimed, not run](crate::cron#claimed-not-run).
 ///
 /// # Examples
 ///
@@ -75,12 +75,12 @@ pub enum Missed {
     /// The default.
     #[default]
     Skip,
-    /// The latest missed tick runs once, late ([`Tick::catch_up`]); the
+    /// The latest missed tick runs once, late ([`Tick::catch_up`](crate::cron::Tick::catch_up)); the
     /// others are recorded as missed. A catch-up already waiting for a run
     /// in flight stays the one: a tick seen on time that turns late behind
     /// it is recorded as missed.
     Latest,
-    /// Every missed tick at most `window` late (at most [`MAX_WINDOW`])
+    /// Every missed tick at most `window` late (at most [`MAX_WINDOW`](crate::cron::MAX_WINDOW))
     /// runs, oldest first, up to [`max_catch_up`](crate::cron::JobBuilder::max_catch_up)
     /// of them (the latest ones); the others are recorded as missed. With
     /// [`Overlap::Skip`] each catch-up waits for the run before it, oldest
