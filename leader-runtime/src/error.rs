@@ -393,7 +393,7 @@ impl BodyError {
 
 impl std::fmt::Display for BodyError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&crate::redact::redact_text(&self.0.to_string()))
+        f.write_str(&crate::util::redact::redact_text(&self.0.to_string()))
     }
 }
 

@@ -462,14 +462,10 @@
 //!   So a follower (the heir, where there is one) *asks* at most 15 ms
 //!   after a crashed leader's lease expires, and a graceful handover takes
 //!   one round trip. With many groups per instance the last group's new
-//!   view begins later than that: on 2-core machines with 20 instances ×
-//!   5,000 groups on one Redis, a crash of the one leader of all 5,000 (it
-//!   renews them at ten phases, so they expire in waves of about 500) had
-//!   every group re-elected within 14–36 ms (p99) of its lease's expiry on
-//!   AMD EPYC guests, and 47–55 ms on an Intel Xeon guest (Emerald Rapids;
-//!   a build before the last of these changes); with balanced leadership,
-//!   where a crash frees one share, within 12–18 ms (BENCHMARKS.md, "A
-//!   fleet on one Redis");
+//!   view begins later than that: a leader of thousands renews them at a
+//!   few phases, so at a crash they expire in waves of hundreds, each taken
+//!   over by one call per follower; with balanced leadership a crash frees
+//!   only one share (figures in BENCHMARKS.md, "A fleet on one Redis");
 //! - the renewals of one instance that fall due together (on its renew
 //!   phase) go to Redis as one
 //!   `renew_many` call, and its follower attempts that fall due together as
@@ -722,49 +718,51 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
-pub mod admin;
-mod admission;
+// The layers, lowest first: a module uses only the ones above it, outside
+// its tests (ARCHITECTURE.md; checked by `tests/tidy.rs`). Blank lines keep
+// rustfmt from sorting them.
+mod util;
+
+mod error;
+
+mod names;
+
 mod backend;
-mod balance;
-mod clock;
+
+mod observe;
+
+mod group;
+
 mod config;
+
+mod election;
+
+mod runtime;
+
+mod gate;
+
+pub mod fence;
+
+mod once;
+
 #[cfg(feature = "cron")]
 #[cfg_attr(docsrs, doc(cfg(feature = "cron")))]
 pub mod cron;
-mod ctx;
-mod election;
-mod env;
-mod error;
-mod events;
-pub mod fence;
-mod gate;
-mod gate_future;
-mod global;
-mod group;
-mod in_flight;
-mod jitter;
-mod lease;
+
+pub mod admin;
+
 #[cfg(feature = "metrics")]
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
-pub mod metrics;
-#[cfg(not(feature = "metrics"))]
-mod metrics;
-mod names;
-mod once;
-mod outage;
-mod ready;
-mod redact;
-mod report;
-mod runtime;
-mod shutdown;
-mod stats;
-mod status;
+pub use crate::observe::metrics;
 #[cfg(test)]
 mod test_support;
 
 use std::future::Future;
 
 pub use leader_macros::leader_only;
+
+use crate::group::admission;
+use crate::runtime::{global, shutdown};
 use tokio::sync::broadcast;
 
 pub use crate::backend::{MemoryBackend, MemorySnapshot};
@@ -773,15 +771,15 @@ pub use crate::config::{
     DEFAULT_TTL,
 };
 pub use crate::error::{BodyError, Error, Result};
-pub use crate::events::{Event, LostReason};
 pub use crate::fence::{Fence, Fenced};
-pub use crate::global::init;
-pub use crate::lease::Lease;
+pub use crate::group::lease::Lease;
+pub use crate::group::status::GroupStatus;
+pub use crate::observe::events::{Event, LostReason};
+pub use crate::observe::stats::Stats;
 pub use crate::once::{once, Once, OnceRecord, OnceStatus};
+pub use crate::runtime::global::init;
+pub use crate::runtime::shutdown::{ShutdownGuard, DEFAULT_GUARD_TIMEOUT};
 pub use crate::runtime::Runtime;
-pub use crate::shutdown::{ShutdownGuard, DEFAULT_GUARD_TIMEOUT};
-pub use crate::stats::Stats;
-pub use crate::status::GroupStatus;
 
 /// Whether this instance leads `group` right now, on the current runtime
 /// (the one of [`Runtime::scope`], else the global one). Sync and local,
@@ -1076,9 +1074,7 @@ pub async fn forget(group: &str) -> Result<()> {
 /// # Ok(()) }
 /// ```
 pub async fn shutdown() {
-    if let Some(runtime) = global::current_existing() {
-        runtime.shutdown().await;
-    }
+    shutdown::current().await;
 }
 
 /// A guard that shuts the current runtime down when dropped: drains, releases
@@ -1122,6 +1118,6 @@ pub fn shutdown_on_signal() -> impl Future<Output = ()> + Send + 'static {
 #[doc(hidden)]
 /// Not public API: the contract between `#[leader_only]` expansions and the runtime.
 pub mod __private {
+    pub use crate::gate::future::{gate_future, Box, Default, Option};
     pub use crate::gate::{gate_async, gate_sync, CallSite};
-    pub use crate::gate_future::{gate_future, Box, Default, Option};
 }

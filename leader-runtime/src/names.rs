@@ -53,14 +53,14 @@ pub(crate) struct GroupKeys {
     /// Holds the leader's instance id, with the lease's TTL.
     pub(crate) lease: String,
     /// The group's record (no TTL): the last fencing token issued, and until
-    /// when earlier holders may still lead (see `backend/record.lua`). The
+    /// when earlier holders may still lead (see `backend/scripts/record.lua`). The
     /// key keeps the name it had when it held the token alone, so an
     /// instance of an older version fails on it (WRONGTYPE) instead of
     /// issuing tokens beside it.
     pub(crate) record: String,
     /// Present while the group is paused fleet-wide (a hash, no expiry:
     /// `by`, `at` in unix ms, `reason`): no instance acquires, and a leader's
-    /// renew fails so it hands over (see `backend/record.lua`).
+    /// renew fails so it hands over (see `backend/scripts/record.lua`).
     pub(crate) paused: String,
 }
 
@@ -109,7 +109,7 @@ pub(crate) fn reserved_key(prefix: &str, key: &str) -> bool {
 }
 
 /// The server marker under `prefix` on a server that is not a cluster (see
-/// `backend/record.lua`; on a cluster, one per hash slot: `backend/marker.rs`).
+/// `backend/scripts/record.lua`; on a cluster, one per hash slot: `backend/marker.rs`).
 pub(crate) fn server_key(prefix: &str) -> String {
     format!("{prefix}:server")
 }
@@ -138,7 +138,7 @@ pub(crate) fn parse_notice(payload: &str) -> Option<(&str, &str)> {
 }
 
 /// The pub/sub channel on which operators' requests to every group under
-/// `prefix` are published (see [`Control`]).
+/// `prefix` are published (see [`ControlRequest`]).
 pub(crate) fn control_channel(prefix: &str) -> String {
     format!("{prefix}:control")
 }
@@ -147,7 +147,7 @@ pub(crate) fn control_channel(prefix: &str) -> String {
 /// `"<verb> <group>"`, or `"step-down <group> <token> <holder>"` (the token
 /// before the holder: instance ids may contain spaces).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Control {
+pub(crate) enum ControlRequest {
     /// The group was paused: its leader renews now, sees the pause, and hands over.
     Pause,
     /// The pause ended: followers try to acquire now.
@@ -163,28 +163,30 @@ pub(crate) enum Control {
     },
 }
 
-impl Control {
+impl ControlRequest {
     /// The payload asking this of `group`.
     pub(crate) fn message(&self, group: &str) -> String {
         match self {
-            Control::Pause => format!("pause {group}"),
-            Control::Resume => format!("resume {group}"),
-            Control::StepDown { token, holder } => format!("step-down {group} {token} {holder}"),
+            ControlRequest::Pause => format!("pause {group}"),
+            ControlRequest::Resume => format!("resume {group}"),
+            ControlRequest::StepDown { token, holder } => {
+                format!("step-down {group} {token} {holder}")
+            }
         }
     }
 
-    /// A payload as [`Control::message`] wrote it: the request and its group.
-    pub(crate) fn parse(payload: &str) -> Option<(Control, &str)> {
+    /// A payload as [`ControlRequest::message`] wrote it: the request and its group.
+    pub(crate) fn parse(payload: &str) -> Option<(ControlRequest, &str)> {
         let (verb, rest) = payload.split_once(' ')?;
         match verb {
-            "pause" => Some((Control::Pause, rest)),
-            "resume" => Some((Control::Resume, rest)),
+            "pause" => Some((ControlRequest::Pause, rest)),
+            "resume" => Some((ControlRequest::Resume, rest)),
             "step-down" => {
                 let (group, rest) = rest.split_once(' ')?;
                 let (token, holder) = rest.split_once(' ')?;
                 let token = token.parse().ok()?;
                 let holder = holder.to_owned();
-                Some((Control::StepDown { token, holder }, group))
+                Some((ControlRequest::StepDown { token, holder }, group))
             }
             _ => None,
         }
@@ -272,16 +274,23 @@ mod tests {
 
     #[test]
     fn control_messages_round_trip() {
-        let step_down = Control::StepDown {
+        let step_down = ControlRequest::StepDown {
             token: 17,
             holder: "host:1 x".into(),
         };
         assert_eq!(step_down.message("g"), "step-down g 17 host:1 x");
-        for req in [Control::Pause, Control::Resume, step_down] {
+        for req in [ControlRequest::Pause, ControlRequest::Resume, step_down] {
             let msg = req.message("jobs");
-            assert_eq!(Control::parse(&msg), Some((req.clone(), "jobs")), "{msg}");
+            assert_eq!(
+                ControlRequest::parse(&msg),
+                Some((req.clone(), "jobs")),
+                "{msg}"
+            );
         }
-        assert_eq!(Control::message(&Control::Pause, "g"), "pause g");
+        assert_eq!(
+            ControlRequest::message(&ControlRequest::Pause, "g"),
+            "pause g"
+        );
         for bad in [
             "",
             "pause",
@@ -290,7 +299,7 @@ mod tests {
             "step-down g a",
             "step-down g x a",
         ] {
-            assert_eq!(Control::parse(bad), None, "{bad:?}");
+            assert_eq!(ControlRequest::parse(bad), None, "{bad:?}");
         }
     }
 }

@@ -3,7 +3,9 @@
 //! per-second job, the second instance's clock a second ahead; leadership
 //! moves a → b → a in the middle of seconds. Every tick runs exactly once,
 //! and the history, fleet-wide, says so.
-#![cfg(feature = "cron")]
+// `clock_offset_ms` is a test hook (feature `test-hooks`, which the
+// workspace's e2e dev-dependency enables in `cargo test --workspace`).
+#![cfg(all(feature = "cron", feature = "test-hooks"))]
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

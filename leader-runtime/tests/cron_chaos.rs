@@ -280,8 +280,8 @@ async fn cron_chaos_no_tick_twice_none_missed_but_where_the_policy_says() {
 /// The start script as the runtime sends it (`backend/redis/cron.rs`): its
 /// SHA1 is in every `EVALSHA` of a start mark.
 const START_SCRIPT: &str = concat!(
-    include_str!("../src/backend/record.lua"),
-    include_str!("../src/backend/cron_start.lua")
+    include_str!("../src/backend/scripts/record.lua"),
+    include_str!("../src/backend/scripts/cron_start.lua")
 );
 
 /// (tick ms, instance, token, catch-up)

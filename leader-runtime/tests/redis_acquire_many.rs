@@ -12,8 +12,8 @@ mod support;
 use support::{script_user, ACL_RULES};
 
 const SCRIPT: &str = concat!(
-    include_str!("../src/backend/record.lua"),
-    include_str!("../src/backend/acquire_many.lua")
+    include_str!("../src/backend/scripts/record.lua"),
+    include_str!("../src/backend/scripts/acquire_many.lua")
 );
 
 const TTL_MS: &str = "1500";

@@ -150,7 +150,7 @@ async fn members(
     leading: u32,
     campaigns: u32,
 ) -> Vec<(String, String, String)> {
-    let script = include_str!("../src/backend/members.lua");
+    let script = include_str!("../src/backend/scripts/members.lua");
     let reply = server
         .cmd(&[
             "EVAL",

@@ -16,10 +16,10 @@ use leader_testkit::{RedisServer, Reply, RespConn};
 mod support;
 use support::{script_user, ACL_RULES};
 
-const RECORD: &str = include_str!("../src/backend/record.lua");
-const RENEW_MANY: &str = include_str!("../src/backend/renew_many.lua");
-const RENEW_ONE: &str = include_str!("../src/backend/renew.lua");
-const ACQUIRE_MANY: &str = include_str!("../src/backend/acquire_many.lua");
+const RECORD: &str = include_str!("../src/backend/scripts/record.lua");
+const RENEW_MANY: &str = include_str!("../src/backend/scripts/renew_many.lua");
+const RENEW_ONE: &str = include_str!("../src/backend/scripts/renew.lua");
+const ACQUIRE_MANY: &str = include_str!("../src/backend/scripts/acquire_many.lua");
 
 fn keys(group: &str) -> [String; 3] {
     [

@@ -18,7 +18,7 @@
 //! * [`TICK_ONCE`]: no cron tick is run by two leaderships.
 //!
 //! The protocol is chosen with [`Protocol`]: [`Protocol::V1`] (the scripts before v2),
-//! [`Protocol::V2_AS_WRITTEN`] (the rule of `PROTOCOL-v2.md`) and [`Protocol::V2_FIXED`]
+//! [`Protocol::V2_AS_WRITTEN`] (the v2 rule as first drafted; the draft is gone, the model keeps it) and [`Protocol::V2_FIXED`]
 //! (that rule with the holes this model found closed, see [`Fixes`]).
 
 use std::fmt::Write as _;
@@ -62,7 +62,7 @@ pub enum Protocol {
     /// The scripts before v2: the record is a token string; a missing record means a wait of one
     /// ttl, measured from when the acquire was *sent*; nothing else waits.
     V1,
-    /// The v2 rule of `PROTOCOL-v2.md` (record `{token, until, run}`; wait `ttl` when the
+    /// The v2 rule as first drafted (record `{token, until, run}`; wait `ttl` when the
     /// record is missing or not vouched for, else `until - now`; the view begins at
     /// `reply_received + wait`), with or without each of the [`Fixes`] this model found
     /// necessary. [`Protocol::V2_AS_WRITTEN`] has none, [`Protocol::V2_FIXED`] all.
@@ -70,9 +70,9 @@ pub enum Protocol {
 }
 
 impl Protocol {
-    /// `PROTOCOL-v2.md` exactly as written.
+    /// The v2 draft exactly as written.
     pub const V2_AS_WRITTEN: Protocol = Protocol::V2(Fixes::NONE);
-    /// `PROTOCOL-v2.md` with every fix of [`Fixes`].
+    /// The v2 draft with every fix of [`Fixes`].
     pub const V2_FIXED: Protocol = Protocol::V2(Fixes::ALL);
 
     /// The fixes this protocol has.
@@ -84,7 +84,7 @@ impl Protocol {
     }
 }
 
-/// Changes to the v2 rule of `PROTOCOL-v2.md`; without each one the model finds two
+/// Changes to the v2 draft's rule; without each one the model finds two
 /// overlapping views (see the README for the traces).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Fixes {
@@ -137,7 +137,7 @@ pub struct Fixes {
 }
 
 impl Fixes {
-    /// None: `PROTOCOL-v2.md` as written.
+    /// None: the v2 draft as written.
     pub const NONE: Fixes = Fixes {
         reclaim_waits_for_floor: false,
         release_keeps_floor: false,
@@ -911,7 +911,7 @@ impl LeaseModel {
                 }
             }
             Answer::Renewed(_) => {
-                // -1 superseded, 0 gone: the view ends at once (as `election.rs` does), and
+                // -1 superseded, 0 gone: the view ends at once (as `leader-runtime`'s election does), and
                 // the client campaigns again.
                 c.holder = false;
                 c.view = None;

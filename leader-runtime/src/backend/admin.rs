@@ -105,7 +105,7 @@ impl Backend {
 impl RedisBackend {
     async fn inspect(&self, group: &str, keys: &GroupKeys) -> Result<Inspected> {
         static SCRIPT: std::sync::LazyLock<Script> =
-            std::sync::LazyLock::new(|| Script::new(include_str!("inspect.lua")));
+            std::sync::LazyLock::new(|| Script::new(include_str!("scripts/inspect.lua")));
         let reply: Value = SCRIPT
             .key(&keys.lease)
             .key(&keys.record)
@@ -118,7 +118,7 @@ impl RedisBackend {
 
     async fn pause(&self, req: &PauseRequest<'_>) -> Result<bool> {
         static SCRIPT: std::sync::LazyLock<Script> =
-            std::sync::LazyLock::new(|| Script::new(include_str!("pause.lua")));
+            std::sync::LazyLock::new(|| Script::new(include_str!("scripts/pause.lua")));
         let mut call = SCRIPT.key(&req.keys.paused);
         call.arg(if req.mark.is_some() {
             "pause"

@@ -158,12 +158,12 @@ impl RenewBatcher {
         let (requests, rx) = mpsc::unbounded_channel();
         let scripts = Arc::new(Scripts {
             one: Script::new(concat!(
-                include_str!("record.lua"),
-                include_str!("renew.lua")
+                include_str!("scripts/record.lua"),
+                include_str!("scripts/renew.lua")
             )),
             many: Script::new(concat!(
-                include_str!("record.lua"),
-                include_str!("renew_many.lua")
+                include_str!("scripts/record.lua"),
+                include_str!("scripts/renew_many.lua")
             )),
         });
         tokio::spawn(run(conn, cluster, scripts, rx, Wait::within(call_timeout)));
@@ -172,8 +172,8 @@ impl RenewBatcher {
 
     /// A batcher sending `requests` to its task, with a phase of its own.
     fn sending_on(requests: mpsc::UnboundedSender<Request>) -> Self {
-        let phase =
-            u64::from(crate::jitter::random_u32()) << 32 | u64::from(crate::jitter::random_u32());
+        let phase = u64::from(crate::util::jitter::random_u32()) << 32
+            | u64::from(crate::util::jitter::random_u32());
         Self {
             requests,
             grid: Grid::wall_clock(),
@@ -229,8 +229,7 @@ impl RenewBatcher {
     /// own (on the grid of `EARLY_STEP` when the phase is), at most one per
     /// slot, each group on one by its name's hash (`phases.rs`): a crash
     /// frees its leases in waves, at the cost of a few more calls (a phase
-    /// of 400–500 groups sometimes takes two; 27.8–30.0 against 21.7
-    /// script calls/s at 20 × 5,000 with one leader, BENCHMARKS.md).
+    /// of 400–500 groups sometimes takes two; BENCHMARKS.md).
     pub(crate) fn align(&self, due: Instant, every: Duration, group: &str) -> Instant {
         let every_ns = every.as_nanos();
         // Nothing to divide by, or an interval of centuries (the products
@@ -631,7 +630,7 @@ impl AttemptBatcher {
         let spread_ms = ATTEMPT_SPREAD.as_millis() as u32;
         let now = Instant::now();
         if !self.batched {
-            let ms = crate::jitter::random_u32() % (spread_ms + 1);
+            let ms = crate::util::jitter::random_u32() % (spread_ms + 1);
             let at = if expiry.earliest > now {
                 expiry.earliest
             } else {
@@ -727,8 +726,7 @@ async fn run_attempts(
     let cluster = backend.is_cluster();
     // A quiet period on Redis, as for renewals: without it, the attempts
     // of one instant split into several calls when the OS preempts a
-    // worker thread (20 x 5,000 balanced: 43 acquire calls/s against 26
-    // with it, BENCHMARKS.md). In memory nothing is saved by waiting (and
+    // worker thread (BENCHMARKS.md). In memory nothing is saved by waiting (and
     // paused-time tests keep their exact instants).
     let (wait, prompt) = match backend {
         Backend::Redis(_) => (Wait::within(call_timeout), Wait::prompt(call_timeout)),

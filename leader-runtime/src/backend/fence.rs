@@ -27,9 +27,9 @@ struct Scripts {
 macro_rules! fenced_script {
     ($op:literal) => {
         Script::new(concat!(
-            include_str!("record.lua"),
-            include_str!("fence.lua"),
-            include_str!($op)
+            include_str!("scripts/record.lua"),
+            include_str!("scripts/fence.lua"),
+            include_str!(concat!("scripts/", $op))
         ))
     };
 }
@@ -47,11 +47,11 @@ const BODY_MARK: &str = "--{body}\n";
 
 /// The full text of a user's fenced script with `body`.
 pub(crate) fn user_script(body: &str) -> Script {
-    let wrapper = include_str!("fence_script.lua");
+    let wrapper = include_str!("scripts/fence_script.lua");
     let (before, after) = wrapper.split_once(BODY_MARK).unwrap_or((wrapper, ""));
     let mut text = String::with_capacity(8192 + body.len());
-    text.push_str(include_str!("record.lua"));
-    text.push_str(include_str!("fence.lua"));
+    text.push_str(include_str!("scripts/record.lua"));
+    text.push_str(include_str!("scripts/fence.lua"));
     text.push_str(before);
     text.push_str(body);
     text.push('\n');
@@ -424,7 +424,7 @@ impl MemoryKeys {
             }
             Write::Expire { key, ttl } => match self.live(key) {
                 Some(entry) => {
-                    entry.1 = Some(crate::clock::deadline_in(*ttl));
+                    entry.1 = Some(crate::util::clock::deadline_in(*ttl));
                     Reply::Int(1)
                 }
                 None => Reply::Int(0),

@@ -2,11 +2,10 @@
 //! group's *heir*. The others ask [`HEIR_GRACE`] later.
 //!
 //! Why: when one instance leads thousands of groups and crashes, every
-//! follower used to ask for every one of its groups at the expiry. At
-//! 20 × 5,000 on one Redis that is 95,000 refused attempts beside the 5,000
-//! take-overs, all serial on the Redis core, and the followers' own CPU on
-//! top (p99 194–723 ms after the expiry, BENCHMARKS.md). With an heir, only
-//! the take-overs remain at the expiry.
+//! follower asking for every one of its groups at the expiry means one
+//! refused attempt per follower and group beside the take-overs, all serial
+//! on the Redis core, and the followers' own CPU on top (measured in
+//! BENCHMARKS.md). With an heir, only the take-overs remain at the expiry.
 //!
 //! How, on Redis:
 //!
@@ -59,12 +58,11 @@ use super::batch::{ATTEMPT_SPREAD, EARLY_STEP};
 
 /// How much later than the heir the other followers of a group ask: more
 /// than the heir's attempt takes to arrive and be served at a large expiry
-/// (20 ms of attempt grid and gathering, 45–70 ms of Redis for 5,000
-/// take-overs, BENCHMARKS.md). A non-heir counts it from the earliest the
+/// (the attempt grid and gathering, then Redis serving thousands of
+/// take-overs; BENCHMARKS.md). A non-heir counts it from the earliest the
 /// lease can expire ([`Expiry`]), so it may ask up to the delay of its own
 /// call before that earlier (tens of ms in a burst): still well after the
-/// heir, whose take-overs at a crash of 5,000 are granted within 25–45 ms
-/// of the expiry (p99).
+/// heir's take-overs are granted.
 ///
 /// [`Expiry`]: super::batch::Expiry
 pub(crate) const HEIR_GRACE: Duration = Duration::from_millis(200);
@@ -87,9 +85,7 @@ pub(crate) struct Heir {
     /// early attempts at one phase's leases came at the instant another
     /// phase's leases expire: at a crash, 19 × 500 refused attempts met
     /// each wave's heir, whose answer, learned in such a burst, came tens
-    /// of ms late (20 × 5,000 on a 2-core host: p99 75–154 ms after each
-    /// lease's expiry, against 30–62 ms half a step off and with
-    /// [`Expiry`], BENCHMARKS.md, "The heir asks on time").
+    /// of ms late (BENCHMARKS.md, "The heir asks on time").
     /// Half a step off, they come 125 ms before a wave, and between a
     /// live leader's renewals.
     ///

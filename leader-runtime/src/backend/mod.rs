@@ -33,7 +33,7 @@ pub(crate) use self::batch::{ATTEMPT_SPREAD, ATTEMPT_STEP};
 pub(crate) use self::marker::marker_key;
 pub use self::memory::{MemoryBackend, MemorySnapshot};
 pub(crate) use self::redis::{RedisBackend, RedisConfig, RedisOptions};
-use crate::names::{Control, GroupKeys};
+use crate::names::{ControlRequest, GroupKeys};
 use crate::{Error, Result};
 
 /// What an acquire found.
@@ -61,7 +61,7 @@ pub(crate) enum Acquire {
 }
 
 /// What a member of a balanced fleet publishes with each membership
-/// refresh (see `balance.rs`).
+/// refresh (see `election/balance.rs`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Counts {
     /// How many groups it leads (`once:` groups left out).
@@ -127,12 +127,15 @@ pub(crate) enum Renew {
 
 /// What arrives on the notice connection.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Notice<'a> {
+pub(crate) enum ChannelNotice<'a> {
     /// An instance released `group` (the group [`EVERY_GROUP`]: the notice
     /// connection came back after a loss, `by` is empty).
     Released { group: &'a str, by: &'a str },
     /// An operator's request about `group` (on the control channel).
-    Control { group: &'a str, request: Control },
+    Control {
+        group: &'a str,
+        request: ControlRequest,
+    },
 }
 
 /// The channels the notice connection listens on.
@@ -140,19 +143,19 @@ pub(crate) enum Notice<'a> {
 pub(crate) struct Channels {
     /// Release notices: `"<group> <instance id>"`.
     pub(crate) release: String,
-    /// Operators' requests (see [`Control`]).
+    /// Operators' requests (see [`ControlRequest`]).
     pub(crate) control: String,
 }
 
 impl Channels {
     /// The notice a message on `channel` with `payload` stands for, if any.
-    pub(crate) fn parse<'a>(&self, channel: &str, payload: &'a str) -> Option<Notice<'a>> {
+    pub(crate) fn parse<'a>(&self, channel: &str, payload: &'a str) -> Option<ChannelNotice<'a>> {
         if channel == self.release {
             let (group, by) = crate::names::parse_notice(payload)?;
-            Some(Notice::Released { group, by })
+            Some(ChannelNotice::Released { group, by })
         } else if channel == self.control {
-            let (request, group) = Control::parse(payload)?;
-            Some(Notice::Control { group, request })
+            let (request, group) = ControlRequest::parse(payload)?;
+            Some(ChannelNotice::Control { group, request })
         } else {
             None
         }
@@ -160,7 +163,7 @@ impl Channels {
 }
 
 /// Called for every notice.
-pub(crate) type NoticeSink = Arc<dyn Fn(Notice<'_>) + Send + Sync>;
+pub(crate) type NoticeSink = Arc<dyn Fn(ChannelNotice<'_>) + Send + Sync>;
 
 /// The group of a notice to every group (`*` is never a group name): the
 /// backend's notice connection came back after it was lost — the server may

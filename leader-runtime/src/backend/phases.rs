@@ -5,8 +5,8 @@
 //! that they go to Redis in a few calls. A leader of thousands of groups
 //! spreads them over a few phases instead, one per [`PHASE_LEASES`]: when
 //! it crashes, its leases then expire in waves of a few hundred, not all at
-//! one instant (20 × 5,000 with one leader: p99 after the expiry 64–86 ms
-//! against 96–315 ms, BENCHMARKS.md).
+//! one instant, and are taken over sooner after their expiry
+//! (BENCHMARKS.md).
 //!
 //! The phases sit on fixed slots two early steps (500 ms) apart, counted
 //! from the runtime's own phase: waves of a crash come at least that far

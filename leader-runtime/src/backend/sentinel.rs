@@ -101,7 +101,7 @@ pub(super) fn client(
         builder = builder.set_client_to_redis_tls_mode(mode);
     }
     #[cfg(feature = "tls")]
-    if let Some(certs) = super::redis::tls_certificates(options) {
+    if let Some(certs) = super::redis::connection::tls_certificates(options) {
         builder = builder
             .set_client_to_sentinel_certificates(certs.clone())
             .set_client_to_redis_certificates(certs);

@@ -3,73 +3,14 @@
 use std::fmt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use super::{Outcome, Run};
 use crate::backend::cron::JobKeys;
-use crate::clock::wall_time_from_unix_ms;
 use crate::names::validate_group;
-use crate::{global, Error, Result, Runtime};
-
-/// How one tick of a cron job ended, as its [`Run`] in the
-/// [history](history()) says.
-///
-/// # Examples
-///
-/// ```
-/// use leader_runtime::cron::Outcome;
-///
-/// assert_eq!(Outcome::Ok.to_string(), "ok");
-/// assert_eq!(Outcome::SkippedOverlap.to_string(), "skipped-overlap");
-/// assert_eq!(Outcome::Abandoned.to_string(), "abandoned");
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Outcome {
-    /// The body returned `()` or `Ok(_)`.
-    Ok,
-    /// The body returned `Err(e)`: `e`'s message, URL credentials
-    /// redacted (`postgres://app:***@db`), at most 256 bytes.
-    Error(String),
-    /// The body panicked (the panic was caught; the scheduler goes on).
-    Panicked,
-    /// The tick was claimed but did not run to its end: its start was
-    /// recorded but the view ended (or the reply was lost) before the body
-    /// began, or the view ended during the run of a job built with
-    /// [`cancel_on_loss`](super::JobBuilder::cancel_on_loss). Not run
-    /// again (the body may have started); a claim whose start was never
-    /// recorded is [`Outcome::Abandoned`] instead, and decided again.
-    Cancelled,
-    /// Not run: a run of the same job was in flight somewhere in the fleet
-    /// ([`Overlap::Skip`](super::Overlap::Skip)).
-    SkippedOverlap,
-    /// Claimed, not run: the leader that claimed it lost its lease before
-    /// the body started (the claim's reply came after its view ended, or
-    /// it died between claim and start). Certain: a body starts only after
-    /// its start is recorded under the claim's lease. The tick is then
-    /// decided again, as a tick missed in a gap, by the next leadership: a
-    /// later entry of the same tick says how (a run's outcome when the
-    /// [missed-run policy](super::Missed) caught it up, [`Outcome::Missed`]
-    /// or [`Outcome::SkippedOverlap`] otherwise). The entry carries the
-    /// claimer's instance and token. Also what [`status()`](crate::Runtime::status)
-    /// shows for a tick this instance claimed and did not start.
-    Abandoned,
-    /// Not run: nobody led when it was due and the
-    /// [missed-run policy](super::Missed) did not catch it up, or the
-    /// backend could not vouch that nobody ran it (data lost or restored).
-    Missed,
-}
+use crate::runtime::global;
+use crate::util::clock::wall_time_from_unix_ms;
+use crate::{Error, Result, Runtime};
 
 impl Outcome {
-    fn word(&self) -> &'static str {
-        match self {
-            Outcome::Ok => "ok",
-            Outcome::Error(_) => "error",
-            Outcome::Panicked => "panicked",
-            Outcome::Cancelled => "cancelled",
-            Outcome::SkippedOverlap => "skipped-overlap",
-            Outcome::Missed => "missed",
-            Outcome::Abandoned => "abandoned",
-        }
-    }
-
     fn parse(word: &str, message: &str) -> Option<Self> {
         Some(match word {
             "ok" => Outcome::Ok,
@@ -96,15 +37,6 @@ impl Outcome {
     /// Whether the body ran (to any end).
     pub(crate) fn ran(&self) -> bool {
         matches!(self, Outcome::Ok | Outcome::Error(_) | Outcome::Panicked)
-    }
-}
-
-impl fmt::Display for Outcome {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Outcome::Error(message) => write!(f, "error: {message}"),
-            other => f.write_str(other.word()),
-        }
     }
 }
 
@@ -145,7 +77,7 @@ impl<T, E: fmt::Display> TickResult for std::result::Result<T, E> {
 /// characters, at most 256 bytes. Redacted first: a URL cut short before
 /// its `@` would no longer read as holding a password.
 fn clean(message: &str) -> String {
-    let message = crate::redact::redact_text(message);
+    let message = crate::util::redact::redact_text(message);
     let mut out = String::new();
     for c in message.chars() {
         let c = if c.is_control() { ' ' } else { c };
@@ -155,36 +87,6 @@ fn clean(message: &str) -> String {
         out.push(c);
     }
     out
-}
-
-/// One tick of a cron job as its history keeps it: which instance decided
-/// it, under which token, when it started, how long it ran, how it ended.
-///
-/// # Examples
-///
-/// ```no_run
-/// # async fn f() -> leader_runtime::Result<()> {
-/// for run in leader_runtime::cron::history("reports", "hourly-report").await? {
-///     println!("{:?} on {} ({}): {} in {:?}", run.scheduled, run.instance, run.token, run.outcome, run.duration);
-/// }
-/// # Ok(()) }
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Run {
-    /// The tick's scheduled time.
-    pub scheduled: SystemTime,
-    /// The instance that ran it (or recorded that it did not run).
-    pub instance: String,
-    /// That instance's fencing token at the time.
-    pub token: u64,
-    /// When the body started (for a tick that did not run: when that was
-    /// decided). By the instance's clock.
-    pub started: SystemTime,
-    /// How long the body ran (zero for a tick that did not run).
-    pub duration: Duration,
-    /// How it ended.
-    pub outcome: Outcome,
 }
 
 impl Run {

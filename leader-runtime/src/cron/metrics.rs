@@ -8,7 +8,7 @@ mod on {
 
     use crate::cron::Outcome;
 
-    use crate::metrics::{
+    use crate::observe::metrics::{
         CRON_LATE as LATE, CRON_MISSED as MISSED, CRON_RUNS as RUNS, CRON_RUN_SECONDS as DURATION,
         CRON_SKIPPED as SKIPPED,
     };

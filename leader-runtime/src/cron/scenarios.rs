@@ -10,7 +10,7 @@ use chrono::{DateTime, TimeDelta, TimeZone, Utc};
 use chrono_tz::Tz;
 use tokio::sync::Notify;
 
-use super::{JobBuilder, Missed, Outcome, Overlap, Shared};
+use super::{JobBuilder, JobShared, Missed, Outcome, Overlap};
 use crate::Runtime;
 
 pub(super) const G: &str = "cron";
@@ -37,7 +37,7 @@ pub(super) fn recording(
     rt: &Runtime,
     ran: &Ran,
     created: DateTime<Utc>,
-) -> Arc<Shared> {
+) -> Arc<JobShared> {
     let ran = ran.clone();
     let host = rt.instance_id().to_owned();
     let mut job = b

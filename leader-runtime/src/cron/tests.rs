@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::time::{sleep_until, Instant};
 
 use super::scenarios::{self, at, base, ids, recording, Ran, G};
-use super::{JobBuilder, Missed, Outcome, Overlap, Planned, Shared};
+use super::{JobBuilder, JobShared, Missed, Outcome, Overlap, Planned};
 use crate::backend::cron::{ClaimRequest, JobKeys, Mode};
 use crate::{Config, Error, MemoryBackend, Runtime};
 
@@ -42,7 +42,7 @@ fn skewed(
     offset_ms: i64,
     ran: &Ran,
     created: chrono::DateTime<chrono::Utc>,
-) -> Arc<Shared> {
+) -> Arc<JobShared> {
     recording(
         every_second("tick").clock_offset_ms(offset_ms),
         rt,
@@ -59,7 +59,7 @@ fn planned(plan: &[Planned]) -> Vec<(i64, Mode)> {
 /// own task, at `first` and every second after it (by the job's clock) as
 /// paused time passes; returns the tasks once the last has started.
 async fn fire_every_second(
-    job: &Arc<Shared>,
+    job: &Arc<JobShared>,
     first: chrono::DateTime<chrono::Utc>,
     n: i64,
 ) -> Vec<tokio::task::JoinHandle<()>> {
@@ -239,7 +239,7 @@ async fn two_hosts_with_skew(skew_ms: i64) {
     // Firings, in true milliseconds since the start: each host fires at its
     // clock's whole seconds plus its scheduler's lateness.
     let horizon_ms = 20_000;
-    let mut firings: Vec<(i64, &Arc<Shared>, i64)> = Vec::new();
+    let mut firings: Vec<(i64, &Arc<JobShared>, i64)> = Vec::new();
     for (job, offset, late) in [(&job_a, 0, 120), (&job_b, skew_ms, 380)] {
         for second in -5..30 {
             let true_ms = second * 1000 + late - offset;
@@ -751,7 +751,7 @@ struct Restored {
     a: Runtime,
     ran: Ran,
     t: i64,
-    job_a: Arc<Shared>,
+    job_a: Arc<JobShared>,
 }
 
 /// A job that catches up to a minute of missed ticks, with a wide tolerance.
@@ -1170,7 +1170,7 @@ async fn a_password_in_a_body_error_is_redacted_everywhere() {
 #[cfg(feature = "metrics")]
 #[tokio::test(start_paused = true)]
 async fn runs_are_counted_by_outcome_with_their_durations() {
-    use crate::metrics::tests::{counter, metrics_of, SERIAL};
+    use crate::observe::metrics::tests::{counter, metrics_of, SERIAL};
     use metrics_util::debugging::DebugValue;
     use metrics_util::MetricKind;
     const GM: &str = "cron-metrics";
@@ -1224,8 +1224,8 @@ async fn runs_are_counted_by_outcome_with_their_durations() {
     }
 }
 
-/// A `Shared` for `schedule` in `tz`, only to compute ticks.
-fn in_zone(schedule: &str, tz: chrono_tz::Tz) -> Shared {
+/// A `JobShared` for `schedule` in `tz`, only to compute ticks.
+fn in_zone(schedule: &str, tz: chrono_tz::Tz) -> JobShared {
     JobBuilder::new(schedule, G)
         .name("dst")
         .time_zone(tz)
@@ -1240,7 +1240,7 @@ fn utc(y: i32, mo: u32, d: u32, h: u32, mi: u32) -> chrono::DateTime<chrono::Utc
 
 /// The ticks of `job` in `[from, to]`, as `plan()` walks them (backwards).
 fn ticks_between(
-    job: &Shared,
+    job: &JobShared,
     from: chrono::DateTime<chrono::Utc>,
     to: chrono::DateTime<chrono::Utc>,
 ) -> Vec<chrono::DateTime<chrono::Utc>> {
@@ -1420,7 +1420,7 @@ fn transitions(tz: chrono_tz::Tz, year: i32) -> Vec<chrono::DateTime<chrono::Utc
 /// matches `schedule` (second 0), mapped to its instant — itself, its first
 /// occurrence if repeated, the first instant after the gap if skipped.
 fn expected_ticks(
-    job: &Shared,
+    job: &JobShared,
     tz: chrono_tz::Tz,
     around: chrono::DateTime<chrono::Utc>,
 ) -> BTreeSet<chrono::DateTime<chrono::Utc>> {

@@ -11,7 +11,7 @@ use tokio::time::{sleep, Instant};
 
 use super::balance_tests::{balanced, names, GROUPS};
 use crate::backend::{Backend, Counts};
-use crate::balance::{take_back_after, VAIN_HAND_OVERS};
+use crate::election::balance::{take_back_after, VAIN_HAND_OVERS};
 use crate::names::members_key;
 use crate::test_support::{builder, start, RENEW, RETRY, TTL};
 use crate::{Event, LostReason, MemoryBackend, Runtime};

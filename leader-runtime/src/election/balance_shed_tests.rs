@@ -8,7 +8,7 @@ use tokio::time::{sleep, timeout, Instant};
 
 use super::balance_liveness_tests::{join, leads, phantom, STEP};
 use super::balance_tests::{balanced, names};
-use crate::balance::take_back_after;
+use crate::election::balance::take_back_after;
 use crate::test_support::{RENEW, TTL};
 use crate::{Event, LostReason, MemoryBackend, Runtime};
 /// `a` leads 10 groups, `b` (a phantom member) wants 5 that nobody else

@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::time::{sleep, Instant};
 
 use crate::backend::{Backend, Counts};
-use crate::balance::SHARE_GRACE;
+use crate::election::balance::SHARE_GRACE;
 use crate::names::members_key;
 use crate::test_support::{builder, start, RETRY, TTL};
 use crate::{Event, LostReason, MemoryBackend, Runtime};
@@ -163,4 +163,23 @@ async fn a_crashed_member_stops_counting_after_one_missed_refresh() {
     // 3 each (4 moves), the groups go round to each other at most once in
     // the round or two it counts, then they even out to 5 and 5.
     assert!(moves <= 12, "{moves} hand-overs for the crashed member");
+}
+
+/// A user's group whose name starts with `once:` is an ordinary group: the
+/// kind is recorded when a group is registered, not read from its name, so
+/// it is shared out like any other.
+#[tokio::test(start_paused = true)]
+async fn a_user_group_named_like_a_once_group_is_balanced() {
+    let mem = MemoryBackend::new();
+    let (a, b) = (balanced(&mem, "a"), balanced(&mem, "b"));
+    let groups: Vec<String> = names().iter().map(|g| format!("once:{g}")).collect();
+    for rt in [&a, &b] {
+        for g in &groups {
+            let _ = rt.run_if_leader(g, || async {}).await;
+        }
+    }
+    let led = |rt: &Runtime| groups.iter().filter(|g| rt.is_leader(g)).count();
+    assert_eq!(led(&a), GROUPS, "a campaigned first");
+    sleep(TTL * 4).await;
+    assert_eq!((led(&a), led(&b)), (5, 5));
 }

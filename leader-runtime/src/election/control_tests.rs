@@ -200,7 +200,7 @@ async fn a_step_down_request_hands_over_to_another_instance() {
 
 fn publish_step_down(mem: &MemoryBackend, token: u64, holder: &str) {
     let channel = crate::names::control_channel("leader");
-    let request = crate::names::Control::StepDown {
+    let request = crate::names::ControlRequest::StepDown {
         token,
         holder: holder.into(),
     };

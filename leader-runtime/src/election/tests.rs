@@ -494,7 +494,7 @@ async fn cancel_on_loss_stops_the_body() {
     assert!(a.run_if_leader(G, || async {}).await.is_some());
     let group = a.group(G).unwrap();
     mem.set_available(false);
-    let out = crate::admission::run(&group, true, async {
+    let out = crate::group::admission::run(&group, true, async {
         sleep(Duration::from_secs(60)).await;
         1
     })

@@ -50,7 +50,7 @@ async fn on_the_real_clock_the_gate_stops_admitting_when_the_view_ends() {
             "admitted {:?} after the view ended",
             called - valid_until
         );
-        if crate::clock::before_fast_deadline(fast_before) {
+        if crate::util::clock::before_fast_deadline(fast_before) {
             fast += 1;
         }
         last_valid_until = Some(valid_until);
@@ -177,7 +177,10 @@ async fn a_drain_waits_for_every_body_admitted_on_any_thread() {
                             }
                             running.fetch_sub(1, SeqCst);
                         };
-                        if crate::admission::run(&group, false, body).await.is_none() {
+                        if crate::group::admission::run(&group, false, body)
+                            .await
+                            .is_none()
+                        {
                             break;
                         }
                     }
@@ -220,8 +223,8 @@ async fn a_call_refused_during_a_drain_counts_nothing() {
     assert!(group.view.is_open(), "draining: the view is still open");
     let caller = group.clone();
     let (refused, counted) = std::thread::spawn(move || {
-        let refused = crate::admission::admit(caller).is_none();
-        (refused, crate::in_flight::counted_on_this_thread())
+        let refused = crate::group::admission::admit(caller).is_none();
+        (refused, crate::group::in_flight::counted_on_this_thread())
     })
     .join()
     .unwrap();
@@ -256,7 +259,11 @@ async fn a_drain_whose_fence_failed_never_reports_all_finished() {
 /// admit again (the first case).
 #[test]
 fn quiesce_admits_again_only_what_it_stopped_for_a_run_in_flight() {
-    let group = crate::group::Group::new("g".into(), crate::group::mailbox().0);
+    let group = crate::group::Group::new(
+        "g".into(),
+        crate::group::GroupKind::User,
+        crate::group::mailbox().0,
+    );
     let runs = &group.runs;
     runs.admitting.store(true, SeqCst);
     runs.enter();

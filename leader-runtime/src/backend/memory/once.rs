@@ -106,7 +106,7 @@ impl MemoryBackend {
                 }
                 Step::Alive { .. } if entry.failed_token == Some(holder.token) => Verdict::Lost,
                 Step::Alive { ttl } => {
-                    let until = crate::clock::deadline_in(ttl);
+                    let until = crate::util::clock::deadline_in(ttl);
                     entry.running_until = Some(entry.running_until.map_or(until, |u| u.max(until)));
                     Verdict::Run
                 }

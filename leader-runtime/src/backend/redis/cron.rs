@@ -14,8 +14,8 @@ fn claim_script() -> &'static Script {
     static SCRIPT: OnceLock<Script> = OnceLock::new();
     SCRIPT.get_or_init(|| {
         Script::new(concat!(
-            include_str!("../record.lua"),
-            include_str!("../claim.lua")
+            include_str!("../scripts/record.lua"),
+            include_str!("../scripts/claim.lua")
         ))
     })
 }
@@ -24,8 +24,8 @@ fn run_script() -> &'static Script {
     static SCRIPT: OnceLock<Script> = OnceLock::new();
     SCRIPT.get_or_init(|| {
         Script::new(concat!(
-            include_str!("../record.lua"),
-            include_str!("../cron_run.lua")
+            include_str!("../scripts/record.lua"),
+            include_str!("../scripts/cron_run.lua")
         ))
     })
 }
@@ -34,8 +34,8 @@ fn start_script() -> &'static Script {
     static SCRIPT: OnceLock<Script> = OnceLock::new();
     SCRIPT.get_or_init(|| {
         Script::new(concat!(
-            include_str!("../record.lua"),
-            include_str!("../cron_start.lua")
+            include_str!("../scripts/record.lua"),
+            include_str!("../scripts/cron_start.lua")
         ))
     })
 }

@@ -13,8 +13,8 @@ fn script() -> &'static Script {
     static SCRIPT: OnceLock<Script> = OnceLock::new();
     SCRIPT.get_or_init(|| {
         Script::new(concat!(
-            include_str!("../record.lua"),
-            include_str!("../once.lua")
+            include_str!("../scripts/record.lua"),
+            include_str!("../scripts/once.lua")
         ))
     })
 }

@@ -51,7 +51,7 @@ impl Default for UnconfirmedWaits {
 impl UnconfirmedWaits {
     /// Mark `group` for `lasts` from now (a later mark replaces it).
     pub(super) fn mark(&mut self, group: &str, lasts: Duration) {
-        let until = crate::clock::deadline_in(lasts);
+        let until = crate::util::clock::deadline_in(lasts);
         match self.marks.get_mut(group) {
             Some(at) => *at = (*at).max(until),
             None => {

@@ -1,0 +1,6 @@
+//! Leaf helpers every layer may use: the clocks, jitter, and URLs and
+//! texts with their passwords hidden.
+
+pub(crate) mod clock;
+pub(crate) mod jitter;
+pub(crate) mod redact;
