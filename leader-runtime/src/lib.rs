@@ -495,7 +495,7 @@
 //!
 //! ```no_run
 //! use leader_runtime::leader_only;
-//! use tokio_cron_scheduler::{Job, JobScheduler};
+//! use leader_runtime::cron::tokio_cron_scheduler::{Job, JobScheduler};
 //!
 //! #[leader_only(group = "reports")]
 //! async fn build_report() { /* … */ }
@@ -528,7 +528,7 @@
 //! # #[cfg(feature = "cron")]
 //! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
 //! use leader_runtime::cron::{JobBuilder, Missed, Overlap};
-//! use tokio_cron_scheduler::JobScheduler;
+//! use leader_runtime::cron::tokio_cron_scheduler::JobScheduler;
 //!
 //! let scheduler = JobScheduler::new().await?;
 //! let job = JobBuilder::new("0 */5 * * * *", "reports")

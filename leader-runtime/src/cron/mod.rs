@@ -74,7 +74,7 @@
 //!
 //! ```no_run
 //! use leader_runtime::cron::{JobBuilder, Missed, Overlap};
-//! use tokio_cron_scheduler::JobScheduler;
+//! use leader_runtime::cron::tokio_cron_scheduler::JobScheduler;
 //!
 //! # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! leader_runtime::init(
@@ -84,7 +84,7 @@
 //! // Every replica adds the job; every five minutes, Berlin time, it runs on one of them.
 //! let job = JobBuilder::new("0 */5 * * * *", "reports")
 //!     .name("hourly-report")
-//!     .time_zone(chrono_tz::Europe::Berlin)
+//!     .time_zone(leader_runtime::cron::chrono_tz::Europe::Berlin)
 //!     .overlap(Overlap::Skip)
 //!     .missed(Missed::Latest)
 //!     .build(|tick| async move {
@@ -170,7 +170,7 @@ const LOOK_BACK_TICKS: usize = 1024;
 ///
 /// ```
 /// use leader_runtime::{Config, MemoryBackend, Runtime};
-/// use tokio_cron_scheduler::JobScheduler;
+/// use leader_runtime::cron::tokio_cron_scheduler::JobScheduler;
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -215,7 +215,7 @@ where
 /// let job = JobBuilder::new("0 30 2 * * *", "maintenance")
 ///     .name("vacuum")
 ///     .runtime(&runtime)
-///     .time_zone(chrono_tz::Europe::Berlin)
+///     .time_zone(leader_runtime::cron::chrono_tz::Europe::Berlin)
 ///     .overlap(Overlap::Skip)
 ///     .missed(Missed::Latest)
 ///     .tolerance(Duration::from_secs(30))
@@ -328,7 +328,7 @@ impl JobBuilder {
     /// use leader_runtime::cron::JobBuilder;
     ///
     /// // 02:30 Berlin time: 00:30 UTC in summer, 01:30 UTC in winter.
-    /// let builder = JobBuilder::new("0 30 2 * * *", "reports").time_zone(chrono_tz::Europe::Berlin);
+    /// let builder = JobBuilder::new("0 30 2 * * *", "reports").time_zone(leader_runtime::cron::chrono_tz::Europe::Berlin);
     /// # drop(builder);
     /// ```
     pub fn time_zone(mut self, time_zone: Tz) -> Self {
@@ -461,7 +461,7 @@ impl JobBuilder {
     ///
     /// ```
     /// use leader_runtime::cron::JobBuilder;
-    /// use tokio_cron_scheduler::JobScheduler;
+    /// use leader_runtime::cron::tokio_cron_scheduler::JobScheduler;
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
