@@ -429,8 +429,6 @@ fn refused_what(group: Option<&str>) -> String {
     }
 }
 
-/// What to check when Redis refused us for a reason no retry fixes; `None`
-/// for every other error.
 /// What a transport failure means, in a user's words (the OS's message
 /// alone, "Connection refused (os error 111)", says nothing of Redis).
 fn transport_words(e: &redis::RedisError) -> Option<&'static str> {
@@ -445,6 +443,8 @@ fn transport_words(e: &redis::RedisError) -> Option<&'static str> {
     }
 }
 
+/// What to check when Redis refused us for a reason no retry fixes; `None`
+/// for every other error.
 fn refusal_hint(e: &redis::RedisError) -> Option<&'static str> {
     let code = e.code().unwrap_or_default();
     // Errors raised inside a script arrive wrapped ("ERR ... NOPERM ..."):
