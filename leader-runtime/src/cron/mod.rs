@@ -111,7 +111,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
 
-use chrono::{DateTime, LocalResult, NaiveDateTime, TimeDelta, TimeZone, Utc};
+use chrono::{DateTime, Datelike, LocalResult, NaiveDateTime, TimeDelta, TimeZone, Utc};
 pub use chrono_tz;
 use chrono_tz::Tz;
 use croner::Cron;
@@ -526,7 +526,9 @@ impl JobBuilder {
     ///
     /// # Errors
     ///
-    /// [`Error::Config`] (field `"schedule"`) as [`build`](Self::build).
+    /// [`Error::Config`] (field `"schedule"`) as [`build`](Self::build);
+    /// field `"n"` for more than 10,000 times, `"after"` for a time in the
+    /// year 5000 or later.
     pub fn next_fire_times(&self, n: usize) -> Result<Vec<DateTime<Tz>>> {
         self.next_fire_times_after(Utc::now(), n)
     }
@@ -556,6 +558,14 @@ impl JobBuilder {
         after: DateTime<Utc>,
         n: usize,
     ) -> Result<Vec<DateTime<Tz>>> {
+        // Bounds that keep the search finite and chrono's conversions in
+        // range (a time near chrono's last one panics in a zone east of UTC).
+        if n > MAX_FIRE_TIMES {
+            return Err(range_err("n", "next_fire_times lists at most 10000 times"));
+        }
+        if after.year() >= 5000 {
+            return Err(range_err("after", "must be before the year 5000"));
+        }
         let cron = schedule::parse(&self.schedule)?;
         Ok(schedule::next_fire_times(&cron, &self.time_zone, after, n))
     }
@@ -712,6 +722,9 @@ pub(crate) fn validate_name(name: &str) -> Result<()> {
         })
     }
 }
+
+/// Most fire times [`JobBuilder::next_fire_times`] lists in one call.
+const MAX_FIRE_TIMES: usize = 10_000;
 
 fn range_err(field: &'static str, rule: &str) -> Error {
     Error::Config {

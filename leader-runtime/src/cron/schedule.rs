@@ -282,4 +282,21 @@ mod tests {
                 .collect();
         assert!(times.windows(2).all(|w| w[0] < w[1]), "{times:?}");
     }
+
+    /// Out-of-range asks are refused, not a panic or an endless list.
+    #[test]
+    fn next_fire_times_refuses_what_it_cannot_answer() {
+        let builder =
+            crate::cron::JobBuilder::new("* * * * * *", "g").time_zone(chrono_tz::Asia::Tokyo);
+        let far = DateTime::<Utc>::MAX_UTC;
+        assert!(matches!(
+            builder.next_fire_times_after(far, 1),
+            Err(Error::Config { field: "after", .. })
+        ));
+        assert!(matches!(
+            builder.next_fire_times(usize::MAX),
+            Err(Error::Config { field: "n", .. })
+        ));
+        assert_eq!(builder.next_fire_times(10_000).unwrap().len(), 10_000);
+    }
 }
